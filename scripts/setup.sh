@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages soyaos needs to build and test, then configures and
+# builds it in ./build. Idempotent: installs only what is missing, rebuilds incrementally.
+# As root it installs with apt-get; otherwise it prints exactly what to install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libseccomp-dev libcap-dev libsqlite3-dev libssl-dev
+  libgtest-dev libgmock-dev
+  python3 nodejs util-linux iproute2 nftables
+  clang libclang-rt-14-dev  # libFuzzer and sanitizers
+  bubblewrap hyperfine      # benchmark peers
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing Debian packages; install them with:" >&2
+    echo "  sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j2

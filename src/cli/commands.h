@@ -1,0 +1,21 @@
+// Each command group registers its subcommands on the root app. A subcommand's callback
+// stores its exit status in `CliContext::exit_code`; main() returns it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace soyaos::cli {
+
+struct CliContext {
+  int exit_code = 0;
+  bool color = false;  // stdout is a TTY and NO_COLOR is unset (T5)
+};
+
+// Exit status for a command-line usage error (T1, T2).
+inline constexpr int kExitUsage = 2;
+
+void register_pack_commands(CLI::App& app, CliContext& ctx);   // cmd_pack.cc
+void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
+void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
+
+}  // namespace soyaos::cli
