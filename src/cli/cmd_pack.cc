@@ -1,5 +1,13 @@
+// The `soyaos pack` command group; each subcommand lives in its own cmd_pack_*.cc.
 #include "cli/commands.h"
 
 namespace soyaos::cli {
-void register_pack_commands(CLI::App& /*app*/, CliContext& /*ctx*/) {}
+
+void register_pack_commands(CLI::App& app, CliContext& ctx) {
+  auto* pack = app.add_subcommand("pack", "Validate, lint, push, pull, list, inspect and test SoyaPacks");
+  pack->require_subcommand(1);
+  register_pack_validate(*pack, ctx);
+  register_pack_lint(*pack, ctx);
+}
+
 }  // namespace soyaos::cli

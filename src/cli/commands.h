@@ -14,7 +14,9 @@ struct CliContext {
 // Exit status for a command-line usage error (T1, T2).
 inline constexpr int kExitUsage = 2;
 
-void register_pack_commands(CLI::App& app, CliContext& ctx);   // cmd_pack.cc
+void register_pack_commands(CLI::App& app, CliContext& ctx);   // cmd_pack.cc: the `pack` group
+void register_pack_validate(CLI::App& pack, CliContext& ctx);  // cmd_pack_validate.cc
+void register_pack_lint(CLI::App& pack, CliContext& ctx);      // cmd_pack_lint.cc
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
 void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
 
