@@ -1,0 +1,487 @@
+// The lint engine (SPEC.md T2). Order of work:
+//   1. index the declared egress entries and fs prefixes in hash maps;
+//   2. resolve every tool's target against the index (near-linear, see lint.h), noting
+//      which entries each tool uses and which tools are not covered;
+//   3. pair uncovered tools with unused entries of the same kind (SP102, SP104);
+//   4. report what is left (SP101, SP103, SP105, SP106), the read-only rules (SP107,
+//      SP108) and, with --strict, the least-privilege rules (SP110-SP115).
+// Entries that are part of a pair are reported by no other rule.
+#include "lint/lint.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace soyaos::lint {
+
+using manifest::EgressEntry;
+using manifest::FsPath;
+using manifest::Manifest;
+using manifest::Mark;
+using manifest::Protocol;
+using manifest::Tier;
+using manifest::Tool;
+using manifest::ToolKind;
+
+const char* to_string(Severity s) { return s == Severity::error ? "error" : "warning"; }
+
+namespace {
+
+constexpr std::string_view kOut = "/workdir/out";
+constexpr std::string_view kWorkdir = "/workdir";
+
+bool is_standard_fs_path(const std::string& p) {
+  return p == "/workdir" || p == "/workdir/inputs" || p == "/workdir/out";
+}
+
+bool is_http_kind(ToolKind k) {
+  switch (k) {
+    case ToolKind::http_get:
+    case ToolKind::http_post:
+    case ToolKind::http_put:
+    case ToolKind::http_patch:
+    case ToolKind::http_delete:
+    case ToolKind::llm:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// M3: which tools have a side effect.
+bool has_side_effect(const Tool& t) {
+  switch (t.kind) {
+    case ToolKind::http_post:
+    case ToolKind::http_put:
+    case ToolKind::http_patch:
+    case ToolKind::http_delete:
+      return true;
+    case ToolKind::fs_write:
+      return !manifest::path_covers(std::string(kOut), t.path);
+    case ToolKind::custom:
+      return t.side_effect.value_or(false);
+    default:
+      return false;
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return s;
+}
+
+bool is_ip_literal(const std::string& host) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+std::string host_port(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+std::string triple(const std::string& host, uint16_t port, Protocol p) {
+  return fmt::format("{}/{}", host_port(host, port), manifest::to_string(p));
+}
+
+std::string index_key(std::string_view host, uint16_t port, Protocol p) {
+  std::string k;
+  k.reserve(host.size() + 8);
+  k.append(host);
+  k.push_back('\0');
+  k.append(std::to_string(port));
+  k.push_back('\0');
+  k.push_back(static_cast<char>('0' + static_cast<int>(p)));
+  return k;
+}
+
+Mark or_mark(Mark preferred, Mark fallback) { return preferred.line > 0 ? preferred : fallback; }
+
+// A queue of unused entry indices with lazy removal of the ones already paired.
+struct Pool {
+  std::vector<std::size_t> items;
+  std::size_t head = 0;
+  // The first item not yet paired, or npos.
+  std::size_t take(std::vector<char>& paired) {
+    while (head < items.size() && paired[items[head]]) ++head;
+    if (head == items.size()) return static_cast<std::size_t>(-1);
+    std::size_t i = items[head++];
+    paired[i] = 1;
+    return i;
+  }
+};
+constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+class Linter {
+ public:
+  Linter(const Manifest& m, const LintOptions& o) : m_(m), o_(o) {}
+
+  std::vector<Finding> run() {
+    const auto& caps = m_.capabilities;
+    egress_used_.assign(caps.egress.size(), 0);
+    egress_paired_.assign(caps.egress.size(), 0);
+    read_used_.assign(caps.fs_read.size(), 0);
+    read_paired_.assign(caps.fs_read.size(), 0);
+    write_used_.assign(caps.fs_write.size(), 0);
+    write_paired_.assign(caps.fs_write.size(), 0);
+    tool_egress_.resize(m_.tools.size());
+    tool_read_.resize(m_.tools.size());
+    tool_write_.resize(m_.tools.size());
+
+    index_entries();
+    resolve_tools();
+    pair_egress();
+    pair_fs(caps.fs_read, read_used_, read_paired_, uncovered_read_, "capabilities.fs.read");
+    pair_fs(caps.fs_write, write_used_, write_paired_, uncovered_write_, "capabilities.fs.write");
+    report_unused();
+    report_read_only();
+    if (o_.strict) {
+      report_hosts();
+      report_not_exercised();
+      report_tier();
+    }
+    std::stable_sort(out_.begin(), out_.end(), [](const Finding& a, const Finding& b) {
+      if (a.mark.line != b.mark.line) return a.mark.line < b.mark.line;
+      if (a.mark.column != b.mark.column) return a.mark.column < b.mark.column;
+      return a.rule_id < b.rule_id;
+    });
+    return std::move(out_);
+  }
+
+ private:
+  void add(std::string_view rule, std::string message, std::string key_path, Mark mark,
+           std::vector<Related> related = {}) {
+    const RuleInfo* info = find_rule(rule);
+    out_.push_back(Finding{std::string(rule), info ? info->severity : Severity::error, std::move(message),
+                           std::move(key_path), mark, std::move(related)});
+  }
+
+  void index_entries() {
+    const auto& caps = m_.capabilities;
+    for (std::size_t i = 0; i < caps.egress.size(); ++i) {
+      const EgressEntry& e = caps.egress[i];
+      std::string host = lower(e.host);
+      if (e.protocol == Protocol::moon_proxy) {
+        proxies_.push_back(i);
+      } else if (host.size() > 2 && host.compare(0, 2, "*.") == 0) {
+        wildcard_[index_key(std::string_view(host).substr(2), e.port, e.protocol)].push_back(i);
+      } else {
+        exact_[index_key(host, e.port, e.protocol)].push_back(i);
+      }
+    }
+    for (std::size_t i = 0; i < caps.fs_read.size(); ++i) read_index_[caps.fs_read[i].path].push_back(i);
+    for (std::size_t i = 0; i < caps.fs_write.size(); ++i) write_index_[caps.fs_write[i].path].push_back(i);
+  }
+
+  // Indices of the egress entries allowing `t`, confirmed with host_matches.
+  void match_egress(const manifest::ToolTarget& t, std::vector<std::size_t>& found) const {
+    const auto& egress = m_.capabilities.egress;
+    std::string host = lower(t.host);
+    auto confirm = [&](const std::vector<std::size_t>& cands) {
+      for (std::size_t i : cands) {
+        if (egress[i].port == t.port && egress[i].protocol == t.protocol &&
+            manifest::host_matches(egress[i].host, t.host)) {
+          found.push_back(i);
+        }
+      }
+    };
+    if (auto it = exact_.find(index_key(host, t.port, t.protocol)); it != exact_.end()) confirm(it->second);
+    // "*.suffix" matches names strictly below suffix: try every proper suffix of host.
+    for (std::size_t dot = host.find('.'); dot != std::string::npos; dot = host.find('.', dot + 1)) {
+      auto it = wildcard_.find(index_key(std::string_view(host).substr(dot + 1), t.port, t.protocol));
+      if (it != wildcard_.end()) confirm(it->second);
+    }
+    // Through the Moon's HTTP proxy (C7), whose allowlist is the operator's: any http(s)
+    // destination may be reachable, lint cannot tell more.
+    if (found.empty() && (t.protocol == Protocol::https || t.protocol == Protocol::http)) {
+      found.insert(found.end(), proxies_.begin(), proxies_.end());
+    }
+  }
+
+  // Indices of the prefixes in `list` covering `path`: walk its ancestors.
+  static void match_fs(const std::vector<FsPath>& list,
+                       const std::unordered_map<std::string, std::vector<std::size_t>>& index,
+                       const std::string& path, std::vector<std::size_t>& found) {
+    if (index.empty() || path.empty()) return;
+    std::string_view p = path;
+    while (true) {
+      if (auto it = index.find(std::string(p)); it != index.end()) {
+        for (std::size_t i : it->second) {
+          if (manifest::path_covers(list[i].path, path)) found.push_back(i);
+        }
+      }
+      if (p.size() <= 1) break;
+      std::size_t slash = p.rfind('/');
+      if (slash == std::string_view::npos) break;
+      p = slash == 0 ? p.substr(0, 1) : p.substr(0, slash);
+    }
+  }
+
+  void resolve_tools() {
+    const auto& caps = m_.capabilities;
+    for (std::size_t ti = 0; ti < m_.tools.size(); ++ti) {
+      const Tool& t = m_.tools[ti];
+      if (is_http_kind(t.kind)) {
+        if (!t.target || caps.egress_any) continue;
+        match_egress(*t.target, tool_egress_[ti]);
+        for (std::size_t i : tool_egress_[ti]) egress_used_[i] = 1;
+        if (tool_egress_[ti].empty()) uncovered_egress_.push_back(ti);
+      } else if (t.kind == ToolKind::fs_read) {
+        match_fs(caps.fs_read, read_index_, t.path, tool_read_[ti]);
+        if (tool_read_[ti].empty()) match_fs(caps.fs_write, write_index_, t.path, tool_write_[ti]);
+        for (std::size_t i : tool_read_[ti]) read_used_[i] = 1;
+        for (std::size_t i : tool_write_[ti]) write_used_[i] = 1;
+        // M5: /workdir (the pack, its inputs and outputs) is always readable.
+        bool implicit = manifest::path_covers(std::string(kWorkdir), t.path);
+        if (tool_read_[ti].empty() && tool_write_[ti].empty() && !implicit) uncovered_read_.push_back(ti);
+      } else if (t.kind == ToolKind::fs_write) {
+        match_fs(caps.fs_write, write_index_, t.path, tool_write_[ti]);
+        for (std::size_t i : tool_write_[ti]) write_used_[i] = 1;
+        if (tool_write_[ti].empty()) uncovered_write_.push_back(ti);
+      }
+    }
+  }
+
+  static std::string tool_node(const Tool& t, const char* field) {
+    return t.key_path.empty() ? fmt::format("tools.{}.{}", t.name, field) : t.key_path + "." + field;
+  }
+
+  // SP102 / SP101. An uncovered tool is paired with an unused entry, preferring one with
+  // the same port and protocol, then the same protocol, then any, in declaration order.
+  void pair_egress() {
+    const auto& egress = m_.capabilities.egress;
+    std::unordered_map<std::string, Pool> by_port_proto;
+    std::unordered_map<int, Pool> by_proto;
+    Pool any;
+    for (std::size_t i = 0; i < egress.size(); ++i) {
+      if (egress_used_[i] || egress[i].protocol == Protocol::moon_proxy) continue;
+      by_port_proto[index_key("", egress[i].port, egress[i].protocol)].items.push_back(i);
+      by_proto[static_cast<int>(egress[i].protocol)].items.push_back(i);
+      any.items.push_back(i);
+    }
+    for (std::size_t ti : uncovered_egress_) {
+      const Tool& t = m_.tools[ti];
+      const auto& tg = *t.target;
+      std::size_t e = npos;
+      if (auto it = by_port_proto.find(index_key("", tg.port, tg.protocol)); it != by_port_proto.end()) {
+        e = it->second.take(egress_paired_);
+      }
+      if (e == npos) {
+        if (auto it = by_proto.find(static_cast<int>(tg.protocol)); it != by_proto.end()) {
+          e = it->second.take(egress_paired_);
+        }
+      }
+      if (e == npos) e = any.take(egress_paired_);
+      std::string url_node = tool_node(t, "url");
+      Mark url_mark = or_mark(t.url_mark, t.mark);
+      if (e == npos) {
+        add("SP101",
+            fmt::format("tools.{} uses `{}` but no capabilities.egress entry allows it", t.name,
+                        triple(tg.host, tg.port, tg.protocol)),
+            url_node, url_mark);
+        continue;
+      }
+      const EgressEntry& d = egress[e];
+      std::string declared = host_port(d.host, d.port);
+      std::string used = host_port(tg.host, tg.port);
+      if (d.protocol != tg.protocol) {
+        declared += fmt::format("/{}", manifest::to_string(d.protocol));
+        used += fmt::format("/{}", manifest::to_string(tg.protocol));
+      }
+      add("SP102", fmt::format("capabilities.egress declares `{}` but tools.{} uses `{}`", declared, t.name, used),
+          d.key_path, d.mark, {Related{url_node, url_mark}});
+    }
+  }
+
+  // SP104 / SP103, for one fs list (read or write), pairing in declaration order.
+  void pair_fs(const std::vector<FsPath>& list, const std::vector<char>& used, std::vector<char>& paired,
+               const std::vector<std::size_t>& uncovered, std::string_view list_name) {
+    Pool pool;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (!used[i]) pool.items.push_back(i);
+    }
+    for (std::size_t ti : uncovered) {
+      const Tool& t = m_.tools[ti];
+      std::string node = tool_node(t, "path");
+      Mark mark = or_mark(t.path_mark, t.mark);
+      std::size_t e = pool.take(paired);
+      if (e == npos) {
+        add("SP103",
+            fmt::format("tools.{} {} `{}` but no {} prefix covers it", t.name,
+                        t.kind == ToolKind::fs_write ? "writes" : "reads", t.path, list_name),
+            node, mark);
+        continue;
+      }
+      add("SP104", fmt::format("{} declares `{}` but tools.{} uses `{}`", list_name, list[e].path, t.name, t.path),
+          list[e].key_path, list[e].mark, {Related{node, mark}});
+    }
+  }
+
+  // SP105 / SP106.
+  void report_unused() {
+    const auto& caps = m_.capabilities;
+    for (std::size_t i = 0; i < caps.egress.size(); ++i) {
+      if (egress_used_[i] || egress_paired_[i]) continue;
+      const EgressEntry& e = caps.egress[i];
+      add("SP105", fmt::format("{} declares `{}` but no tool uses it", e.key_path, triple(e.host, e.port, e.protocol)),
+          e.key_path, e.mark);
+    }
+    auto fs = [&](const std::vector<FsPath>& list, const std::vector<char>& used, const std::vector<char>& paired) {
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        if (used[i] || paired[i] || is_standard_fs_path(list[i].path)) continue;
+        add("SP106", fmt::format("{} declares `{}` but no tool uses it", list[i].key_path, list[i].path),
+            list[i].key_path, list[i].mark);
+      }
+    };
+    fs(caps.fs_read, read_used_, read_paired_);
+    fs(caps.fs_write, write_used_, write_paired_);
+  }
+
+  // SP107 / SP108 (M6).
+  void report_read_only() {
+    const auto& caps = m_.capabilities;
+    if (caps.tier != Tier::read_only) return;
+    for (const Tool& t : m_.tools) {
+      if (!has_side_effect(t)) continue;
+      std::string what;
+      if (t.kind == ToolKind::fs_write) {
+        what = fmt::format("writes `{}` outside /workdir/out", t.path);
+      } else if (t.kind == ToolKind::custom) {
+        what = "declares side_effect: true";
+      } else {
+        what = "has a side effect";
+      }
+      add("SP107",
+          fmt::format("tools.{} ({}) {} but determinism_tier is read-only", t.name, manifest::to_string(t.kind), what),
+          t.key_path.empty() ? "tools." + t.name : t.key_path, t.mark);
+    }
+    for (std::size_t i = 0; i < caps.fs_write.size(); ++i) {
+      const FsPath& p = caps.fs_write[i];
+      if (write_paired_[i] || manifest::path_covers(std::string(kOut), p.path)) continue;
+      add("SP108", fmt::format("{} allows writing `{}` outside /workdir/out but determinism_tier is read-only",
+                               p.key_path, p.path),
+          p.key_path, p.mark);
+    }
+  }
+
+  // SP110 / SP111.
+  void report_hosts() {
+    const auto& caps = m_.capabilities;
+    if (caps.egress_any) {
+      add("SP110", "capabilities.egress is \"*\": any host, any port, any protocol", "capabilities.egress",
+          caps.egress_mark);
+    }
+    for (std::size_t i = 0; i < caps.egress.size(); ++i) {
+      if (egress_paired_[i]) continue;
+      const EgressEntry& e = caps.egress[i];
+      if (e.host.compare(0, 2, "*.") == 0) {
+        add("SP110", fmt::format("{} uses the wildcard host `{}`", e.key_path, e.host), e.key_path, e.mark);
+      } else if (is_ip_literal(e.host)) {
+        add("SP111", fmt::format("{} uses the IP literal `{}` instead of a DNS name", e.key_path, e.host),
+            e.key_path, e.mark);
+      }
+    }
+  }
+
+  // SP112 / SP113: what the examples exercise, through the tools they list.
+  void report_not_exercised() {
+    const auto& caps = m_.capabilities;
+    std::unordered_map<std::string_view, std::size_t> tool_by_name;
+    for (std::size_t ti = 0; ti < m_.tools.size(); ++ti) tool_by_name.emplace(m_.tools[ti].name, ti);
+    std::vector<char> tool_exercised(m_.tools.size(), 0);
+    for (const auto& ex : m_.examples) {
+      for (const auto& name : ex.tools) {
+        if (auto it = tool_by_name.find(name); it != tool_by_name.end()) tool_exercised[it->second] = 1;
+      }
+    }
+    std::vector<char> egress_ex(caps.egress.size(), 0), read_ex(caps.fs_read.size(), 0),
+        write_ex(caps.fs_write.size(), 0);
+    for (std::size_t ti = 0; ti < m_.tools.size(); ++ti) {
+      if (!tool_exercised[ti]) continue;
+      for (std::size_t i : tool_egress_[ti]) egress_ex[i] = 1;
+      for (std::size_t i : tool_read_[ti]) read_ex[i] = 1;
+      for (std::size_t i : tool_write_[ti]) write_ex[i] = 1;
+    }
+    for (std::size_t i = 0; i < caps.egress.size(); ++i) {
+      if (egress_ex[i] || egress_paired_[i]) continue;
+      const EgressEntry& e = caps.egress[i];
+      add("SP112", fmt::format("{} declares `{}` but no example exercises it", e.key_path,
+                               triple(e.host, e.port, e.protocol)),
+          e.key_path, e.mark);
+    }
+    auto fs = [&](const std::vector<FsPath>& list, const std::vector<char>& ex, const std::vector<char>& paired) {
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        if (ex[i] || paired[i] || is_standard_fs_path(list[i].path)) continue;
+        add("SP113", fmt::format("{} declares `{}` but no example exercises it", list[i].key_path, list[i].path),
+            list[i].key_path, list[i].mark);
+      }
+    };
+    fs(caps.fs_read, read_ex, read_paired_);
+    fs(caps.fs_write, write_ex, write_paired_);
+  }
+
+  // SP114 / SP115: the tier the pack needs against the one it declares.
+  void report_tier() {
+    const auto& caps = m_.capabilities;
+    bool side_effect = false;
+    const Tool* nondeterministic = nullptr;
+    for (const Tool& t : m_.tools) {
+      side_effect = side_effect || has_side_effect(t);
+      if (t.kind == ToolKind::llm && nondeterministic == nullptr) nondeterministic = &t;
+    }
+    for (const FsPath& p : caps.fs_write) {
+      side_effect = side_effect || !manifest::path_covers(std::string(kOut), p.path);
+    }
+    Tier needed = caps.egress_any                         ? Tier::unrestricted
+                  : (side_effect || nondeterministic)     ? Tier::side_effect
+                                                          : Tier::read_only;
+    const std::string tier_node = "capabilities.determinism_tier";
+    Mark mark = or_mark(caps.tier_mark, Mark{});
+    if (static_cast<int>(caps.tier) > static_cast<int>(needed)) {
+      std::string reason = caps.tier == Tier::unrestricted ? "capabilities.egress is not \"*\""
+                                                           : "no tool has a side effect or is non-deterministic";
+      add("SP114",
+          fmt::format("determinism_tier is {} but {}: {} is enough", manifest::to_string(caps.tier), reason,
+                      manifest::to_string(needed)),
+          tier_node, mark);
+    }
+    if (caps.tier == Tier::read_only && nondeterministic != nullptr) {
+      for (const Tool& t : m_.tools) {
+        if (t.kind != ToolKind::llm) continue;
+        add("SP115",
+            fmt::format("tools.{} ({}) is non-deterministic but determinism_tier is read-only, whose results are "
+                        "cached and replayed",
+                        t.name, manifest::to_string(t.kind)),
+            t.key_path.empty() ? "tools." + t.name : t.key_path, t.mark);
+      }
+    }
+  }
+
+  const Manifest& m_;
+  const LintOptions& o_;
+  std::vector<Finding> out_;
+
+  std::unordered_map<std::string, std::vector<std::size_t>> exact_, wildcard_;
+  std::vector<std::size_t> proxies_;
+  std::unordered_map<std::string, std::vector<std::size_t>> read_index_, write_index_;
+
+  std::vector<char> egress_used_, egress_paired_, read_used_, read_paired_, write_used_, write_paired_;
+  std::vector<std::vector<std::size_t>> tool_egress_, tool_read_, tool_write_;
+  std::vector<std::size_t> uncovered_egress_, uncovered_read_, uncovered_write_;
+};
+
+}  // namespace
+
+std::vector<Finding> lint(const Manifest& m, const LintOptions& options) { return Linter(m, options).run(); }
+
+}  // namespace soyaos::lint

@@ -1,0 +1,173 @@
+// The lint rule table: the one place a rule is described. `--explain`, the SARIF
+// `rules[]` and the rules section of docs/lint-rules.md are all rendered from it (a unit
+// test keeps the document in step). Ids are stable: never renumber, only add.
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "lint/lint.h"
+
+namespace soyaos::lint {
+namespace {
+
+constexpr std::array<RuleInfo, 15> kRules = {{
+    {"SP100", "manifest-invalid", Severity::error, false,
+     "The manifest does not validate (SPEC.md M1-M6), so nothing else can be checked.",
+     "Lint reasons about a typed manifest; a manifest that `soyaos pack validate` rejects has no "
+     "well-defined capabilities to compare. Each validation error is reported under this id in json and "
+     "sarif output (text output prints them as `pack validate` does, on stderr).",
+     "Fix the errors `soyaos pack validate DIR` prints (each names file:line:column and the key path), "
+     "then lint again.",
+     "capabilities:\n  egress:\n    - host: api.example.com\n      port: 99999\n"
+     "# soyapack.yaml:4:13: error: capabilities.egress[0].port: ..."},
+    {"SP101", "egress-undeclared", Severity::error, false,
+     "A tool's URL needs an egress entry (host, port, protocol) that capabilities.egress does not declare.",
+     "The Comet denies every connection no egress entry allows (C6): the tool will fail at run time "
+     "with ECONNREFUSED and the run will be flagged as a capability violation. Host, port and protocol "
+     "must all match; the port defaults from the URL's scheme (https 443, http 80; wss/ws map to "
+     "https/http).",
+     "Add an egress entry with the tool's host, port and protocol (or a `*.suffix` wildcard covering "
+     "it), or change the tool's url to a destination the pack declares.",
+     "tools:\n  fetch: {kind: builtin.http_get, url: https://api.example.com/v1}\ncapabilities:\n  egress: []\n"
+     "# err   tools.fetch uses `api.example.com:443/https` but no capabilities.egress entry allows it"},
+    {"SP102", "egress-mismatch", Severity::error, false,
+     "A tool's URL is not covered while a declared egress entry is used by no tool: most likely one of "
+     "the two is a typo, reported as one pair.",
+     "Reporting the uncovered tool (SP101) and the unused entry (SP105) separately hides the likely "
+     "cause: the entry was meant for that tool. The pair is reported once and neither half is reported "
+     "again by another rule. The protocol is shown on both sides only when it is what differs.",
+     "Make the entry and the tool's url agree: correct the host, port or protocol of the entry, or the "
+     "tool's url, whichever is wrong.",
+     "tools:\n  fetch: {kind: builtin.http_get, url: https://api.anthropic.com/v1/messages}\n"
+     "capabilities:\n  egress:\n    - {host: api.openai.com, port: 443, protocol: https}\n"
+     "# err   capabilities.egress declares `api.openai.com:443` but tools.fetch uses `api.anthropic.com:443`"},
+    {"SP103", "fs-undeclared", Severity::error, false,
+     "A filesystem tool's path is not under any fs.read (for builtin.fs_read) or fs.write (for "
+     "builtin.fs_write) prefix.",
+     "The Comet only shows declared paths (C2): reading an undeclared path fails with ENOENT and "
+     "writing outside fs.write with EACCES, both capability violations. /workdir is always readable "
+     "(M5); a path under an fs.write prefix is readable too. Prefixes match whole path components: "
+     "/workdir/out covers /workdir/out/a.json, not /workdir/outbox.",
+     "Declare a prefix covering the tool's path in capabilities.fs.read or capabilities.fs.write, or "
+     "move the tool's path under a declared one.",
+     "tools:\n  save: {kind: builtin.fs_write, path: /workdir/outbox/r.md}\ncapabilities:\n  fs: {write: []}\n"
+     "# err   tools.save writes `/workdir/outbox/r.md` but no capabilities.fs.write prefix covers it"},
+    {"SP104", "fs-mismatch", Severity::error, false,
+     "A filesystem tool's path is not covered while a declared fs path of the same list is used by no "
+     "tool: reported as one pair.",
+     "As for SP102: an uncovered path next to an unused prefix is most likely one mistake. Pairs are "
+     "made within one list (fs.read with builtin.fs_read tools, fs.write with builtin.fs_write tools) "
+     "and neither half is reported again by another rule.",
+     "Make the declared prefix and the tool's path agree.",
+     "tools:\n  save: {kind: builtin.fs_write, path: /workdir/output/r.md}\n"
+     "capabilities:\n  fs: {write: [/workdir/out]}\n"
+     "# err   capabilities.fs.write declares `/workdir/out` but tools.save uses `/workdir/output/r.md`"},
+    {"SP105", "egress-unused", Severity::warning, false,
+     "A declared egress entry is used by no tool.",
+     "Every entry widens what the agent's code can reach, whether or not a tool needs it. An entry no "
+     "tool uses is either dead (remove it) or used directly by the agent's code, which a reviewer "
+     "cannot see from the manifest. An entry with protocol moon-proxy is used when a tool's http(s) "
+     "url is covered by no direct entry.",
+     "Remove the entry, or declare the tool that uses it.",
+     "capabilities:\n  egress:\n    - {host: api.example.com, port: 443, protocol: https}\n"
+     "# warn  capabilities.egress[0] declares `api.example.com:443/https` but no tool uses it"},
+    {"SP106", "fs-unused", Severity::warning, false,
+     "A declared fs path other than /workdir, /workdir/inputs and /workdir/out is used by no tool.",
+     "Non-standard paths are extra mounts (tmpfs or operator data, C2); one no tool uses widens the "
+     "agent's view for nothing. The standard paths are exempt: they are the pack, its input and its "
+     "output.",
+     "Remove the path, or declare the builtin.fs_read / builtin.fs_write tool that uses it.",
+     "capabilities:\n  fs: {read: [/data]}\n"
+     "# warn  capabilities.fs.read[0] declares `/data` but no tool uses it"},
+    {"SP107", "read-only-side-effect-tool", Severity::error, false,
+     "A tool with a side effect is declared in a read-only pack.",
+     "read-only results are cached by input hash and replayed without running the agent (C10), so a "
+     "side effect would silently not happen again (M6). Side effects (M3): builtin.http_post/put/patch/"
+     "delete, builtin.fs_write outside /workdir/out, custom tools with side_effect: true.",
+     "Declare determinism_tier: side-effect, or remove the tool (or write under /workdir/out).",
+     "tools:\n  notify: {kind: builtin.http_post, url: https://hooks.example.com/x}\n"
+     "capabilities:\n  determinism_tier: read-only\n"
+     "# err   tools.notify (builtin.http_post) has a side effect but determinism_tier is read-only"},
+    {"SP108", "read-only-write-outside-out", Severity::error, false,
+     "A read-only pack declares an fs.write path outside /workdir/out.",
+     "A read-only pack's only effect must be its output directory, which the cache replays (C10, M6). "
+     "Writes elsewhere would not be replayed on a cache hit.",
+     "Write under /workdir/out, or declare determinism_tier: side-effect.",
+     "capabilities:\n  fs: {write: [/workdir/out, /scratch]}\n  determinism_tier: read-only\n"
+     "# err   capabilities.fs.write[1] allows writing `/scratch` outside /workdir/out but determinism_tier is "
+     "read-only"},
+    {"SP110", "wildcard-host", Severity::error, true,
+     "(--strict) An egress entry uses a wildcard host (`*.suffix`), or egress is \"*\".",
+     "A wildcard allows every name below the suffix, including ones an attacker can register or that "
+     "a compromised agent can use to exfiltrate data (`SECRET.attacker.example.com` style names are "
+     "not possible against an exact name). Least privilege names exact hosts.",
+     "List the exact hosts the tools use instead of the wildcard.",
+     "capabilities:\n  egress:\n    - {host: \"*.example.com\", port: 443, protocol: https}\n"
+     "# err   capabilities.egress[0] uses the wildcard host `*.example.com`"},
+    {"SP111", "ip-literal-host", Severity::warning, true,
+     "(--strict) An egress entry names an IP literal instead of a DNS name.",
+     "An address says nothing to a reviewer, skips the Moon's DNS allowlist and its logging, and "
+     "https to an address cannot be checked against a server name (SNI).",
+     "Use the DNS name of the service (add it to the Moon's dns.hosts if it has none).",
+     "capabilities:\n  egress:\n    - {host: 10.0.0.7, port: 8080, protocol: http}\n"
+     "# warn  capabilities.egress[0] uses the IP literal `10.0.0.7` instead of a DNS name"},
+    {"SP112", "egress-not-exercised", Severity::error, true,
+     "(--strict) A declared egress entry is exercised by no example (through the tools it lists).",
+     "`soyaos pack test` runs the examples; a capability no example exercises is untested, and a "
+     "reviewer has no run showing why it is needed.",
+     "Add the tool that uses the entry to an example's `tools:` list (add an example if needed), or "
+     "remove the entry.",
+     "tools:\n  fetch: {kind: builtin.http_get, url: https://api.example.com/}\n"
+     "examples:\n  - {name: basic, tools: []}\n"
+     "# err   capabilities.egress[0] declares `api.example.com:443/https` but no example exercises it"},
+    {"SP113", "fs-not-exercised", Severity::error, true,
+     "(--strict) A declared fs path other than /workdir, /workdir/inputs and /workdir/out is exercised "
+     "by no example (through the tools it lists).",
+     "As SP112, for filesystem capabilities.",
+     "List the tool that reads or writes the path in an example's `tools:`, or remove the path.",
+     "capabilities:\n  fs: {read: [/data]}\n"
+     "# err   capabilities.fs.read[0] declares `/data` but no example exercises it"},
+    {"SP114", "tier-looser-than-needed", Severity::warning, true,
+     "(--strict) determinism_tier is looser than the tools need.",
+     "The tier a pack needs: unrestricted with egress \"*\"; else side-effect with a side-effect tool, "
+     "a builtin.llm tool or an fs.write path outside /workdir/out; else read-only. A looser tier "
+     "gives up caching (C10) and tells reviewers to expect effects that are not there.",
+     "Declare the tier named in the finding.",
+     "tools:\n  fetch: {kind: builtin.http_get, url: https://api.example.com/}\n"
+     "capabilities:\n  determinism_tier: side-effect\n"
+     "# warn  determinism_tier is side-effect but no tool has a side effect or is non-deterministic: "
+     "read-only is enough"},
+    {"SP115", "tier-determinism-mismatch", Severity::error, true,
+     "(--strict) A read-only pack uses a non-deterministic tool (builtin.llm).",
+     "read-only results are cached by input hash and replayed (C10): the first sampled answer of the "
+     "model would be replayed for ever, which is not what a read-only (deterministic) pack promises.",
+     "Declare determinism_tier: side-effect (never cached), or remove the tool.",
+     "tools:\n  ask: {kind: builtin.llm, url: https://api.anthropic.com/v1/messages}\n"
+     "capabilities:\n  determinism_tier: read-only\n"
+     "# err   tools.ask (builtin.llm) is non-deterministic but determinism_tier is read-only, whose results "
+     "are cached and replayed"},
+}};
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::toupper(static_cast<unsigned char>(x)) == std::toupper(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+std::span<const RuleInfo> rules() { return kRules; }
+
+int rule_index(std::string_view id) {
+  for (std::size_t i = 0; i < kRules.size(); ++i) {
+    if (iequals(kRules[i].id, id)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const RuleInfo* find_rule(std::string_view id) {
+  int i = rule_index(id);
+  return i < 0 ? nullptr : &kRules[static_cast<std::size_t>(i)];
+}
+
+}  // namespace soyaos::lint
