@@ -1,0 +1,43 @@
+// The agent's seccomp filter: compiled in the supervisor before the child exists
+// (libseccomp -> classic BPF), installed in the child with a raw seccomp(2) call.
+//
+// Policy (the full table with a reason per row is in seccomp_filter.cc and docs/seccomp.md):
+//   - default: ERRNO(EPERM) for anything not listed (Docker's choice);
+//   - NOTIFY (the supervisor observes and answers): execve, execveat, fork, vfork,
+//     clone without CLONE_THREAD, the path syscalls (open*, creat, mkdir*, unlink*, rmdir,
+//     rename*, link*, symlink*, truncate, mknod*) and the clock setters;
+//   - clone3: ERRNO(ENOSYS) so glibc falls back to clone(2), whose flags we can inspect;
+//   - foreign ABIs (i386 via int 0x80, x32): ERRNO(ENOSYS).
+#pragma once
+
+#include <linux/filter.h>
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace soyaos::comet {
+
+// A compiled classic-BPF seccomp program (native x86_64 only).
+struct SeccompProgram {
+  std::vector<sock_filter> instructions;
+};
+
+// Builds the agent's filter with libseccomp and exports it as BPF. Call in the supervisor,
+// before the child is created.
+Result<SeccompProgram> build_agent_filter();
+
+// The same filter in libseccomp's human-readable PFC form (golden tests, `soyaos doctor`).
+Result<std::string> agent_filter_pfc();
+
+// In the child: sets PR_SET_NO_NEW_PRIVS (idempotent), then installs `program` with
+// seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC
+// | SECCOMP_FILTER_FLAG_TSYNC_ESRCH) and returns the notification listener (O_CLOEXEC).
+// Does not allocate on success (safe between clone and execve); only the error path builds
+// an Error. The listener must reach the supervisor before the child's next notified syscall
+// (its own execve of the runtime is one), or that syscall blocks until the listener closes.
+Result<UniqueFd> install_agent_filter(const SeccompProgram& program);
+
+}  // namespace soyaos::comet
