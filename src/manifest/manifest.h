@@ -100,6 +100,7 @@ struct Example {
   Expect expect;
   std::string key_path;              // "examples[0]"
   Mark mark;
+  Mark input_mark;                   // of `input` when present
 };
 
 // Limits; a value absent from the manifest takes the SPEC.md C9 default.
