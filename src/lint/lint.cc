@@ -256,34 +256,43 @@ class Linter {
     return t.key_path.empty() ? fmt::format("tools.{}.{}", t.name, field) : t.key_path + "." + field;
   }
 
-  // SP102 / SP101. An uncovered tool is paired with an unused entry, preferring one with
-  // the same port and protocol, then the same protocol, then any, in declaration order.
+  // SP102 / SP101. Uncovered tools are paired with unused entries in passes of decreasing
+  // likeness: same host, then same port and protocol, then same protocol, then any. Within
+  // a pass, tools in file order take entries in declaration order. Each pass is one hash
+  // lookup per tool: linear overall.
   void pair_egress() {
     const auto& egress = m_.capabilities.egress;
-    std::unordered_map<std::string, Pool> by_port_proto;
-    std::unordered_map<int, Pool> by_proto;
-    Pool any;
-    for (std::size_t i = 0; i < egress.size(); ++i) {
-      if (egress_used_[i] || egress[i].protocol == Protocol::moon_proxy) continue;
-      by_port_proto[index_key("", egress[i].port, egress[i].protocol)].items.push_back(i);
-      by_proto[static_cast<int>(egress[i].protocol)].items.push_back(i);
-      any.items.push_back(i);
-    }
+    auto host_key = [](std::string_view host, uint16_t, Protocol) { return lower(std::string(host)); };
+    auto port_proto_key = [](std::string_view, uint16_t port, Protocol p) { return index_key("", port, p); };
+    auto proto_key = [](std::string_view, uint16_t, Protocol p) { return index_key("", 0, p); };
+    auto any_key = [](std::string_view, uint16_t, Protocol) { return std::string(); };
+    std::vector<std::size_t> partner(m_.tools.size(), npos);
+    auto pass = [&](auto key) {
+      std::unordered_map<std::string, Pool> pools;
+      for (std::size_t i = 0; i < egress.size(); ++i) {
+        if (egress_used_[i] || egress_paired_[i] || egress[i].protocol == Protocol::moon_proxy) continue;
+        pools[key(egress[i].host, egress[i].port, egress[i].protocol)].items.push_back(i);
+      }
+      if (pools.empty()) return;
+      for (std::size_t ti : uncovered_egress_) {
+        if (partner[ti] != npos) continue;
+        const auto& tg = *m_.tools[ti].target;
+        if (auto it = pools.find(key(tg.host, tg.port, tg.protocol)); it != pools.end()) {
+          partner[ti] = it->second.take(egress_paired_);
+        }
+      }
+    };
+    pass(host_key);
+    pass(port_proto_key);
+    pass(proto_key);
+    pass(any_key);
+
     for (std::size_t ti : uncovered_egress_) {
       const Tool& t = m_.tools[ti];
       const auto& tg = *t.target;
-      std::size_t e = npos;
-      if (auto it = by_port_proto.find(index_key("", tg.port, tg.protocol)); it != by_port_proto.end()) {
-        e = it->second.take(egress_paired_);
-      }
-      if (e == npos) {
-        if (auto it = by_proto.find(static_cast<int>(tg.protocol)); it != by_proto.end()) {
-          e = it->second.take(egress_paired_);
-        }
-      }
-      if (e == npos) e = any.take(egress_paired_);
       std::string url_node = tool_node(t, "url");
       Mark url_mark = or_mark(t.url_mark, t.mark);
+      std::size_t e = partner[ti];
       if (e == npos) {
         add("SP101",
             fmt::format("tools.{} uses `{}` but no capabilities.egress entry allows it", t.name,
@@ -308,7 +317,8 @@ class Linter {
                const std::vector<std::size_t>& uncovered, std::string_view list_name) {
     Pool pool;
     for (std::size_t i = 0; i < list.size(); ++i) {
-      if (!used[i]) pool.items.push_back(i);
+      // The standard paths are never "unused" (see SP106), so they pair with nothing.
+      if (!used[i] && !is_standard_fs_path(list[i].path)) pool.items.push_back(i);
     }
     for (std::size_t ti : uncovered) {
       const Tool& t = m_.tools[ti];

@@ -53,15 +53,16 @@ constexpr std::array<RuleInfo, 15> kRules = {{
      "tools:\n  save: {kind: builtin.fs_write, path: /workdir/outbox/r.md}\ncapabilities:\n  fs: {write: []}\n"
      "# err   tools.save writes `/workdir/outbox/r.md` but no capabilities.fs.write prefix covers it"},
     {"SP104", "fs-mismatch", Severity::error, false,
-     "A filesystem tool's path is not covered while a declared fs path of the same list is used by no "
-     "tool: reported as one pair.",
+     "A filesystem tool's path is not covered while a declared non-standard fs path of the same list "
+     "is used by no tool: reported as one pair.",
      "As for SP102: an uncovered path next to an unused prefix is most likely one mistake. Pairs are "
-     "made within one list (fs.read with builtin.fs_read tools, fs.write with builtin.fs_write tools) "
-     "and neither half is reported again by another rule.",
+     "made within one list (fs.read with builtin.fs_read tools, fs.write with builtin.fs_write tools), "
+     "never with the standard paths /workdir, /workdir/inputs and /workdir/out (which are never "
+     "reported as unused either), and neither half is reported again by another rule.",
      "Make the declared prefix and the tool's path agree.",
-     "tools:\n  save: {kind: builtin.fs_write, path: /workdir/output/r.md}\n"
-     "capabilities:\n  fs: {write: [/workdir/out]}\n"
-     "# err   capabilities.fs.write declares `/workdir/out` but tools.save uses `/workdir/output/r.md`"},
+     "tools:\n  load: {kind: builtin.fs_read, path: /datasets/a.csv}\n"
+     "capabilities:\n  fs: {read: [/workdir, /dataset]}\n"
+     "# err   capabilities.fs.read declares `/dataset` but tools.load uses `/datasets/a.csv`"},
     {"SP105", "egress-unused", Severity::warning, false,
      "A declared egress entry is used by no tool.",
      "Every entry widens what the agent's code can reach, whether or not a tool needs it. An entry no "

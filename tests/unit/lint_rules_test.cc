@@ -177,6 +177,19 @@ TEST(LintEgress, EachUnusedEntryPairsOnce) {
   EXPECT_NE(find(f, "SP102")->message.find("tools.a"), std::string::npos);
 }
 
+TEST(LintEgress, PairPrefersSameHost) {
+  // `extra` comes first and would take api.example.com:443 on port and protocol alone.
+  auto f = Pack()
+               .egress("x.example.com", 443)
+               .egress("api.example.com", 443)
+               .http("extra", "extra.example.com")
+               .http("api", "api.example.com", 8443)
+               .lint();
+  ASSERT_EQ(ids(f), (std::vector<std::string>{"SP102", "SP102"}));
+  EXPECT_EQ(f[0].message, "capabilities.egress declares `x.example.com:443` but tools.extra uses `extra.example.com:443`");
+  EXPECT_EQ(f[1].message, "capabilities.egress declares `api.example.com:443` but tools.api uses `api.example.com:8443`");
+}
+
 TEST(LintEgress, PairPrefersSamePortAndProtocol) {
   auto f = Pack()
                .egress("db.example.com", 5432, Protocol::tcp)
@@ -253,9 +266,11 @@ TEST(LintFs, ComponentWisePrefix) {
   EXPECT_TRUE(ok.empty());
   auto box = Pack().tier(Tier::side_effect).write("/workdir/out").file("save", ToolKind::fs_write, "/workdir/outbox/report.md").lint();
   ASSERT_EQ(box.size(), 1u);
-  EXPECT_EQ(box[0].rule_id, "SP104");
-  EXPECT_EQ(box[0].message,
-            "capabilities.fs.write declares `/workdir/out` but tools.save uses `/workdir/outbox/report.md`");
+  EXPECT_EQ(box[0].rule_id, "SP103");  // standard paths never pair
+  EXPECT_EQ(box[0].message, "tools.save writes `/workdir/outbox/report.md` but no capabilities.fs.write prefix covers it");
+  auto pair = Pack().tier(Tier::side_effect).write("/scratch").file("save", ToolKind::fs_write, "/scratchpad/a").lint();
+  EXPECT_EQ(ids(pair), (std::vector<std::string>{"SP104"}));
+  EXPECT_EQ(pair[0].message, "capabilities.fs.write declares `/scratch` but tools.save uses `/scratchpad/a`");
 }
 
 TEST(LintFs, UndeclaredWriteIsSP103) {
