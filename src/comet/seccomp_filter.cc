@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,31 @@ scmp_arg_cmp arg_eq32(unsigned arg, uint64_t value) {
   return scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, kLow32, value};
 }
 
+// Appends `action` rows for `syscall` matching every value whose low 32 bits (what the kernel
+// reads for an int argument) are NOT in `excluded`, using only single masked comparisons:
+//   - one row per bit on which all excluded values agree: "this bit differs" excludes them all;
+//   - one row per remaining value that agrees on those bits but is not excluded.
+// Works for small sets (2^(number of disagreeing bits) rows in the second group).
+void rows_unless_low32(std::vector<Row>& t, const char* syscall, uint32_t action, unsigned arg,
+                       std::initializer_list<uint64_t> excluded, const char* reason) {
+  uint64_t agree = kLow32;
+  const uint64_t first = *excluded.begin() & kLow32;
+  for (uint64_t v : excluded) agree &= ~((v & kLow32) ^ first);
+  for (int bit = 0; bit < 32; ++bit) {
+    const uint64_t m = 1ULL << bit;
+    if (agree & m) t.push_back({syscall, action, {{arg, SCMP_CMP_MASKED_EQ, m, ~first & m}}, reason});
+  }
+  const uint64_t free_bits = kLow32 & ~agree;
+  // Enumerate every assignment of the free bits (subsets of free_bits).
+  for (uint64_t sub = free_bits;; sub = (sub - 1) & free_bits) {
+    const uint64_t v = (first & agree) | sub;
+    bool is_excluded = false;
+    for (uint64_t e : excluded) is_excluded |= (e & kLow32) == v;
+    if (!is_excluded) t.push_back({syscall, action, {arg_eq32(arg, v)}, reason});
+    if (sub == 0) break;
+  }
+}
+
 std::vector<Row> agent_table() {
   std::vector<Row> t;
   auto allow = [&t](const char* name, const char* reason) { t.push_back({name, kAllow, {}, reason}); };
@@ -79,14 +105,12 @@ std::vector<Row> agent_table() {
   // --- Special errno ----------------------------------------------------------------------
   t.push_back({"clone3", kEnosys, {},
                "flags live in user memory seccomp cannot read: ENOSYS makes glibc fall back to clone"});
-  for (int family : {AF_UNSPEC, 3, 4, 5, 6, 7, 8, 9}) {  // 3..9: AX25 IPX APPLETALK NETROM BRIDGE ATMPVC X25
-    t.push_back({"socket", kEafnosupport, {arg_eq32(0, static_cast<uint64_t>(family))},
-                 "C5: unusual socket family; EAFNOSUPPORT is what a kernel without it says"});
-  }
-  t.push_back({"socket", kEafnosupport, {{0, SCMP_CMP_GT, AF_INET6, 0}},
-               "C5: netlink, packet, vsock, AF_ALG, bluetooth... (any family > AF_INET6)"});
-  t.push_back({"socketpair", kEafnosupport, {{0, SCMP_CMP_NE, AF_UNIX, 0}},
-               "C5: only AF_UNIX pairs"});
+  // Families are int: compared on the low 32 bits like the kernel reads them. The ALLOW rows
+  // below take AF_UNIX/AF_INET/AF_INET6; every other family fails like an absent one.
+  rows_unless_low32(t, "socket", kEafnosupport, 0, {AF_UNIX, AF_INET, AF_INET6},
+                    "C5: netlink, packet, vsock, AF_ALG, bluetooth...: EAFNOSUPPORT (what a kernel "
+                    "without the family says; glibc and runtimes fall back quietly)");
+  rows_unless_low32(t, "socketpair", kEafnosupport, 0, {AF_UNIX}, "C5: only AF_UNIX pairs");
 
   // --- ALLOW with conditions --------------------------------------------------------------
   t.push_back({"clone", kAllow, {{0, SCMP_CMP_MASKED_EQ, CLONE_THREAD | kCloneNewNs, CLONE_THREAD}},
@@ -100,15 +124,15 @@ std::vector<Row> agent_table() {
                    "TCP/UDP; egress is decided by the network layer. SOCK_RAW/SOCK_PACKET: EPERM"});
     }
   }
-  t.push_back({"socketpair", kAllow, {{0, SCMP_CMP_EQ, AF_UNIX, 0}}, "local IPC"});
-  t.push_back({"ioctl", kDefault, {arg_eq32(1, TIOCSTI)},
-               "C5: TIOCSTI pushes input into the controlling terminal (compared on the low 32 bits)"});
-  t.push_back({"ioctl", kDefault, {arg_eq32(1, TIOCLINUX)},
-               "C5: TIOCLINUX can read/insert console contents (compared on the low 32 bits)"});
-  t.push_back({"ioctl", kAllow, {}, "every other request: terminals (TCGETS), FIONBIO, FIONREAD..."});
-  t.push_back({"prctl", kDefault, {arg_eq32(0, PR_SET_SECCOMP)},
-               "C5: the agent may not install seccomp filters of its own"});
-  t.push_back({"prctl", kAllow, {}, "PR_SET_NAME, PR_GET_*, PR_SET_VMA... (no capability left to abuse)"});
+  t.push_back({"socketpair", kAllow, {arg_eq32(0, AF_UNIX)}, "local IPC"});
+  // libseccomp cannot add a conditional rule whose action equals the default (EACCES), and an
+  // unconditional ALLOW would override it; so these are written as "ALLOW unless the low 32
+  // bits equal one of ...", which refuses exactly those values with the default EPERM.
+  rows_unless_low32(t, "ioctl", kAllow, 1, {TIOCSTI, TIOCLINUX},
+                     "C5: everything but TIOCSTI (pushes input into the terminal) and TIOCLINUX "
+                     "(reads/inserts console contents), compared on the low 32 bits: EPERM");
+  rows_unless_low32(t, "prctl", kAllow, 0, {PR_SET_SECCOMP},
+                     "everything but PR_SET_SECCOMP (C5: no filters of the agent's own): EPERM");
   for (uint64_t persona : {0x0ULL, 0x8ULL, 0x20000ULL, 0x20008ULL, 0xffffffffULL}) {
     t.push_back({"personality", kAllow, {arg_eq32(0, persona)},
                  "query (0xffffffff) and the PER_LINUX variants Docker allows; others EPERM"});

@@ -1,0 +1,438 @@
+// The agent's seccomp filter, applied alone in a forked child (Chromium SANDBOX_TEST style):
+// every refused syscall returns its documented errno, allowed ones still work.
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <stddef.h>
+#include <sys/ioctl.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "comet/seccomp_filter.h"
+
+namespace soyaos::comet {
+namespace {
+
+// ---- forked-child harness -------------------------------------------------------------
+// The child reports the first failed check as text on a pipe and exits 1; no allocation
+// after the filter is installed (snprintf into a stack buffer, write, _exit).
+[[noreturn]] void child_fail(int report, int line, const char* what, long rc, int err, int want) {
+  char buf[512];
+  int n = std::snprintf(buf, sizeof buf, "line %d: %s -> rc=%ld errno=%d (%s), want errno %d", line,
+                        what, rc, err, strerrorname_np(err) ? strerrorname_np(err) : "?", want);
+  if (n > 0) (void)!::write(report, buf, static_cast<size_t>(n));
+  ::_exit(1);
+}
+#define CHILD_EXPECT_ERRNO(call, want)                                          \
+  do {                                                                          \
+    errno = 0;                                                                  \
+    long rc_ = static_cast<long>(call);                                         \
+    int err_ = errno;                                                           \
+    if (rc_ != -1 || err_ != (want)) child_fail(report, __LINE__, #call, rc_, err_, (want)); \
+  } while (0)
+#define CHILD_EXPECT_OK(call)                                                   \
+  do {                                                                          \
+    errno = 0;                                                                  \
+    long rc_ = static_cast<long>(call);                                         \
+    if (rc_ < 0) child_fail(report, __LINE__, #call, rc_, errno, 0);            \
+  } while (0)
+#define CHILD_EXPECT_EQ(call, value)                                            \
+  do {                                                                          \
+    long rc_ = static_cast<long>(call);                                         \
+    if (rc_ != static_cast<long>(value)) child_fail(report, __LINE__, #call, rc_, 0, 0); \
+  } while (0)
+
+// Runs body(report_fd) in a forked child; returns "" when it exited 0, else what it reported.
+std::string run_in_child(const std::function<void(int)>& body) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return "pipe2 failed";
+  pid_t pid = ::fork();
+  if (pid < 0) return "fork failed";
+  if (pid == 0) {
+    ::close(p[0]);
+    body(p[1]);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && msg.empty()) return "";
+  if (WIFSIGNALED(status)) msg += " (killed by signal " + std::to_string(WTERMSIG(status)) + ")";
+  if (WIFEXITED(status)) msg += " (exit " + std::to_string(WEXITSTATUS(status)) + ")";
+  return msg;
+}
+
+const SeccompProgram& program() {
+  static const SeccompProgram p = [] {
+    Result<SeccompProgram> r = build_agent_filter();
+    if (!r) {
+      std::fprintf(stderr, "build_agent_filter: %s\n", r.error().describe().c_str());
+      std::abort();
+    }
+    return std::move(r).value();
+  }();
+  return p;
+}
+
+// Installs the filter in the child and drops the listener: notified syscalls then fail
+// with ENOSYS (what the agent sees if the supervisor is gone: fail closed).
+void install_or_fail(int report) {
+  Result<UniqueFd> listener = install_agent_filter(program());
+  if (!listener) child_fail(report, __LINE__, "install_agent_filter", -1, listener.error().err, 0);
+}
+
+// ---- classic BPF evaluator (to check the program's decisions without the kernel) --------
+uint32_t evaluate(const SeccompProgram& prog, const seccomp_data& data) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&data);
+  uint32_t a = 0, x = 0, mem[BPF_MEMWORDS] = {};
+  for (size_t pc = 0; pc < prog.instructions.size(); ++pc) {
+    const sock_filter& f = prog.instructions[pc];
+    switch (f.code) {
+      case BPF_LD | BPF_W | BPF_ABS:
+        if (f.k + 4 > sizeof data) return 0xdeadbeef;
+        std::memcpy(&a, bytes + f.k, 4);
+        break;
+      case BPF_LD | BPF_MEM: a = mem[f.k]; break;
+      case BPF_LDX | BPF_MEM: x = mem[f.k]; break;
+      case BPF_ST: mem[f.k] = a; break;
+      case BPF_STX: mem[f.k] = x; break;
+      case BPF_ALU | BPF_AND | BPF_K: a &= f.k; break;
+      case BPF_ALU | BPF_OR | BPF_K: a |= f.k; break;
+      case BPF_MISC | BPF_TAX: x = a; break;
+      case BPF_MISC | BPF_TXA: a = x; break;
+      case BPF_JMP | BPF_JA: pc += f.k; break;
+      case BPF_JMP | BPF_JEQ | BPF_K: pc += (a == f.k) ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JGT | BPF_K: pc += (a > f.k) ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JGE | BPF_K: pc += (a >= f.k) ? f.jt : f.jf; break;
+      case BPF_JMP | BPF_JSET | BPF_K: pc += (a & f.k) ? f.jt : f.jf; break;
+      case BPF_RET | BPF_K: return f.k;
+      case BPF_RET | BPF_A: return a;
+      default: return 0xdeadbeef;  // opcode this evaluator does not know: fail the test
+    }
+  }
+  return 0xdeadbeef;
+}
+
+seccomp_data make_data(uint32_t arch, int nr, uint64_t a0 = 0, uint64_t a1 = 0) {
+  seccomp_data d{};
+  d.arch = arch;
+  d.nr = nr;
+  d.args[0] = a0;
+  d.args[1] = a1;
+  return d;
+}
+
+constexpr uint32_t kRetEnosys = SECCOMP_RET_ERRNO | ENOSYS;
+constexpr uint32_t kRetEperm = SECCOMP_RET_ERRNO | EPERM;
+
+// ---- tests --------------------------------------------------------------------------------
+
+TEST(SeccompFilter, BuildsAValidProgram) {
+  EXPECT_GT(program().instructions.size(), 10u);
+  EXPECT_LE(program().instructions.size(), static_cast<size_t>(BPF_MAXINSNS));
+}
+
+TEST(SeccompFilter, PfcMatchesGolden) {
+  Result<std::string> pfc = agent_filter_pfc();
+  ASSERT_TRUE(pfc.ok()) << pfc.error().describe();
+  const std::string path = std::string(SOYAOS_SOURCE_DIR) + "/tests/golden/seccomp/agent_filter.pfc";
+  if (const char* update = std::getenv("SOYAOS_UPDATE_GOLDEN"); update && *update == '1') {
+    std::ofstream(path) << *pfc;
+    GTEST_SKIP() << "wrote " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "missing " << path;
+  std::stringstream golden;
+  golden << in.rdbuf();
+  EXPECT_EQ(golden.str(), *pfc)
+      << "The agent's seccomp filter changed. If intended, review the diff and regenerate with:\n"
+         "  SOYAOS_UPDATE_GOLDEN=1 build-layers/tests/unit_tests --gtest_filter=SeccompFilter.PfcMatchesGolden\n"
+         "then update docs/seccomp.md to match.";
+}
+
+TEST(SeccompFilter, ProgramDecisionsForForeignAbis) {
+  const SeccompProgram& p = program();
+  // Native getpid is allowed; the same number with the x32 bit, or under i386, is refused.
+  EXPECT_EQ(evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_getpid)), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_getpid | 0x40000000)), kRetEnosys);
+  EXPECT_EQ(evaluate(p, make_data(AUDIT_ARCH_X86_64, 0x40000000 | 512)), kRetEnosys);  // x32 rt_sigaction
+  EXPECT_EQ(evaluate(p, make_data(AUDIT_ARCH_I386, 20)), kRetEnosys);                    // i386 getpid
+  EXPECT_EQ(evaluate(p, make_data(AUDIT_ARCH_AARCH64, 172)), kRetEnosys);
+  // A number beyond every table (unknown future syscall) gets the default.
+  EXPECT_EQ(evaluate(p, make_data(AUDIT_ARCH_X86_64, 1000)), kRetEperm);
+}
+
+TEST(SeccompFilter, ProgramDecisionsForArguments) {
+  const SeccompProgram& p = program();
+  auto ioctl_req = [&](uint64_t req) { return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_ioctl, 0, req)); };
+  EXPECT_EQ(ioctl_req(TIOCSTI), kRetEperm);
+  EXPECT_EQ(ioctl_req(TIOCSTI | (1ULL << 32)), kRetEperm);
+  EXPECT_EQ(ioctl_req(TIOCSTI | (0xffffffffULL << 32)), kRetEperm);
+  EXPECT_EQ(ioctl_req(TIOCLINUX | (1ULL << 40)), kRetEperm);
+  EXPECT_EQ(ioctl_req(FIONREAD), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(ioctl_req(TCGETS | (1ULL << 32)), SECCOMP_RET_ALLOW);
+  // Exhaustive over the low 16 bits, plus pseudo-random 64-bit requests.
+  for (uint64_t req = 0; req < 0x10000; ++req) {
+    uint32_t want = (req == TIOCSTI || req == TIOCLINUX) ? kRetEperm : SECCOMP_RET_ALLOW;
+    ASSERT_EQ(ioctl_req(req), want) << std::hex << req;
+    ASSERT_EQ(ioctl_req(req | 0xffffffff00000000ULL), want) << std::hex << req;
+  }
+  uint64_t state = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 100000; ++i) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    uint32_t low = static_cast<uint32_t>(state);
+    uint32_t want = (low == TIOCSTI || low == TIOCLINUX) ? kRetEperm : SECCOMP_RET_ALLOW;
+    ASSERT_EQ(ioctl_req(state), want) << std::hex << state;
+  }
+  auto clone_flags = [&](uint64_t f) { return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_clone, f)); };
+  EXPECT_EQ(clone_flags(SIGCHLD), SECCOMP_RET_USER_NOTIF);
+  EXPECT_EQ(clone_flags(CLONE_VM | CLONE_VFORK | SIGCHLD), SECCOMP_RET_USER_NOTIF);
+  EXPECT_EQ(clone_flags(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+                        CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID),
+            SECCOMP_RET_ALLOW);
+  EXPECT_EQ(clone_flags(CLONE_THREAD | CLONE_NEWNET), kRetEperm);
+  // Bits above 32 do not turn a process into a thread.
+  EXPECT_EQ(clone_flags(SIGCHLD | (1ULL << 48)), SECCOMP_RET_USER_NOTIF);
+  auto sock = [&](uint64_t family, uint64_t type) {
+    return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_socket, family, type));
+  };
+  EXPECT_EQ(sock(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(sock(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(sock(AF_UNIX, SOCK_SEQPACKET), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(sock(AF_INET, SOCK_RAW), kRetEperm);
+  EXPECT_EQ(sock(AF_INET, SOCK_RAW | SOCK_CLOEXEC), kRetEperm);
+  EXPECT_EQ(sock(AF_INET6, SOCK_PACKET), kRetEperm);
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW), SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+  EXPECT_EQ(sock(AF_PACKET, SOCK_DGRAM), SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+  // The kernel reads the family as an int: high bits do not change it, in either direction.
+  EXPECT_EQ(sock(AF_INET | (1ULL << 32), SOCK_STREAM), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(sock(AF_NETLINK | (1ULL << 32), SOCK_RAW), SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+  EXPECT_EQ(sock(AF_INET | (1ULL << 32), SOCK_RAW), kRetEperm);
+  // Exhaustive over the low 16 bits of the family (and a high-bit variant of each).
+  for (uint64_t family = 0; family < 0x10000; ++family) {
+    uint32_t want = (family == AF_UNIX || family == AF_INET || family == AF_INET6)
+                        ? SECCOMP_RET_ALLOW : (SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+    ASSERT_EQ(sock(family, SOCK_STREAM), want) << family;
+    ASSERT_EQ(sock(family | (0x5ULL << 33), SOCK_STREAM), want) << family;
+  }
+  auto prctl_op = [&](uint64_t op) { return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_prctl, op)); };
+  EXPECT_EQ(prctl_op(PR_SET_SECCOMP), kRetEperm);
+  EXPECT_EQ(prctl_op(PR_SET_SECCOMP | (1ULL << 32)), kRetEperm);
+  EXPECT_EQ(prctl_op(PR_SET_NAME), SECCOMP_RET_ALLOW);
+}
+
+TEST(SeccompFilter, RefusedSyscallsReturnEperm) {
+  program();  // build before fork
+  std::string failure = run_in_child([](int report) {
+    ::setsid();  // no controlling terminal: a broken filter cannot make vhangup/TIOCSTI harmful
+    install_or_fail(report);
+    // Arguments are invalid on purpose: without the filter each call would fail with some
+    // other errno (EFAULT/EINVAL/EBADF) or do nothing, so EPERM proves the filter refused it.
+    CHILD_EXPECT_ERRNO(::syscall(__NR_ptrace, -1, 0, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_process_vm_readv, 1, nullptr, 0, nullptr, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_process_vm_writev, 1, nullptr, 0, nullptr, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_pidfd_open, ::getpid(), 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_pidfd_getfd, -1, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_pidfd_send_signal, -1, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_kcmp, ::getpid(), ::getpid(), 99, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_mount, nullptr, nullptr, nullptr, 0, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_umount2, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_pivot_root, nullptr, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_chroot, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_move_mount, -1, nullptr, -1, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_open_tree, -1, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fsopen, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fsconfig, -1, 0, nullptr, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fsmount, -1, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fspick, -1, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_mount_setattr, -1, nullptr, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_bpf, -1, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_keyctl, -1, 0, 0, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_add_key, nullptr, nullptr, nullptr, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_request_key, nullptr, nullptr, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_perf_event_open, nullptr, 0, -1, -1, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_userfaultfd, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_io_uring_setup, 0, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_io_uring_enter, -1, 0, 0, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_io_uring_register, -1, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_unshare, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_setns, -1, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_open_by_handle_at, -1, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_name_to_handle_at, -1, nullptr, nullptr, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_prctl, PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_prctl, PR_SET_SECCOMP | (1UL << 32), SECCOMP_MODE_STRICT, 0, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_kexec_load, 0, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_kexec_file_load, -1, -1, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_init_module, nullptr, 0, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_finit_module, -1, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_delete_module, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_reboot, 0, 0, 0, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_swapon, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_swapoff, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_acct, reinterpret_cast<char*>(1)), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_syslog, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_quotactl, 0, nullptr, 0, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_vhangup), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_iopl, 4), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_ioperm, 0, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_lookup_dcookie, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fanotify_init, 0xffffffff, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_sethostname, reinterpret_cast<char*>(1), 5), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_setdomainname, reinterpret_cast<char*>(1), 5), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_modify_ldt, 0, nullptr, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_chown, nullptr, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_setuid, 12345), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_setxattr, nullptr, nullptr, nullptr, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(452 /* fchmodat2, unknown to libseccomp 2.5 */, -1, nullptr, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(462 /* mseal */, nullptr, 0, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_personality, ADDR_NO_RANDOMIZE), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_prlimit64, 1, RLIMIT_NOFILE, nullptr, nullptr), EPERM);
+    // Allowed neighbours still work.
+    CHILD_EXPECT_OK(::syscall(__NR_personality, 0xffffffff));
+    CHILD_EXPECT_OK(::syscall(__NR_prlimit64, 0, RLIMIT_NOFILE, nullptr, nullptr));
+    char name[16] = {};
+    CHILD_EXPECT_OK(::prctl(PR_GET_NAME, name, 0, 0, 0));
+    CHILD_EXPECT_OK(::syscall(__NR_getrandom, name, sizeof name, 0));
+    struct timespec ts {};
+    CHILD_EXPECT_OK(::clock_gettime(CLOCK_REALTIME, &ts));
+  });
+  EXPECT_EQ(failure, "");
+}
+
+TEST(SeccompFilter, Sockets) {
+  program();
+  std::string failure = run_in_child([](int report) {
+    install_or_fail(report);
+    CHILD_EXPECT_ERRNO(::socket(AF_NETLINK, SOCK_RAW, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socket(AF_PACKET, SOCK_RAW, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socket(AF_VSOCK, SOCK_STREAM, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socket(AF_ALG, SOCK_SEQPACKET, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socket(AF_UNSPEC, SOCK_STREAM, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socket(AF_BLUETOOTH, SOCK_STREAM, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_socket, AF_NETLINK | (1UL << 32), SOCK_RAW, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_socket, AF_INET | (1UL << 32), SOCK_RAW, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP), EPERM);
+    CHILD_EXPECT_ERRNO(::socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, IPPROTO_RAW), EPERM);
+    CHILD_EXPECT_ERRNO(::socket(AF_INET6, SOCK_RAW, IPPROTO_ICMPV6), EPERM);
+    CHILD_EXPECT_ERRNO(::socket(AF_INET, SOCK_PACKET, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::socket(AF_INET, SOCK_SEQPACKET, 0), EPERM);
+    int sv[2];
+    CHILD_EXPECT_ERRNO(::socketpair(AF_INET, SOCK_STREAM, 0, sv), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socketpair(AF_NETLINK, SOCK_RAW, 0, sv), EAFNOSUPPORT);
+    CHILD_EXPECT_OK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+    CHILD_EXPECT_OK(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    CHILD_EXPECT_OK(::socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    CHILD_EXPECT_OK(::socket(AF_UNIX, SOCK_DGRAM, 0));
+  });
+  EXPECT_EQ(failure, "");
+}
+
+TEST(SeccompFilter, TerminalInjectionIoctlsRefusedOnLow32Bits) {
+  program();
+  std::string failure = run_in_child([](int report) {
+    int p[2];
+    CHILD_EXPECT_OK(::pipe2(p, O_CLOEXEC));
+    install_or_fail(report);
+    char c = 'x';
+    // Without the filter these would be ENOTTY on a pipe.
+    CHILD_EXPECT_ERRNO(::syscall(__NR_ioctl, p[0], static_cast<unsigned long>(TIOCSTI), &c), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_ioctl, p[0], TIOCSTI | (1UL << 32), &c), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_ioctl, 0, TIOCSTI | (1UL << 32), &c), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_ioctl, p[0], TIOCLINUX | (0xabcdUL << 32), &c), EPERM);
+    int avail = -1;
+    CHILD_EXPECT_OK(::ioctl(p[0], FIONREAD, &avail));
+    CHILD_EXPECT_ERRNO(::ioctl(p[0], TCGETS, &avail), ENOTTY);  // reaches the kernel
+  });
+  EXPECT_EQ(failure, "");
+}
+
+TEST(SeccompFilter, ThreadsWorkClone3IsEnosys) {
+  program();
+  std::string failure = run_in_child([](int report) {
+    install_or_fail(report);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_clone3, nullptr, 0), ENOSYS);
+    // Thread flags plus a namespace: refused (the kernel alone would say EINVAL).
+    CHILD_EXPECT_ERRNO(::syscall(__NR_clone, CLONE_THREAD | CLONE_NEWNET, nullptr, nullptr, nullptr, 0), EPERM);
+    int value = 0;
+    std::thread t([&value] { value = 42; });  // glibc: clone3 -> ENOSYS -> clone(CLONE_THREAD...)
+    t.join();
+    CHILD_EXPECT_EQ(value, 42);
+  });
+  EXPECT_EQ(failure, "");
+}
+
+TEST(SeccompFilter, NotifiedSyscallsFailClosedWithoutSupervisor) {
+  program();
+  std::string failure = run_in_child([](int report) {
+    install_or_fail(report);  // listener closed: nobody can answer
+    CHILD_EXPECT_ERRNO(::syscall(__NR_openat, AT_FDCWD, "/dev/null", O_RDONLY), ENOSYS);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fork), ENOSYS);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_execve, "/bin/true", nullptr, nullptr), ENOSYS);
+    struct timespec ts {};
+    CHILD_EXPECT_ERRNO(::syscall(__NR_clock_settime, CLOCK_REALTIME, &ts), ENOSYS);
+  });
+  EXPECT_EQ(failure, "");
+}
+
+// int 0x80 from a 64-bit process enters the i386 ABI (AUDIT_ARCH_I386).
+long int80_getpid() {
+  long ret;
+  asm volatile("int $0x80" : "=a"(ret) : "a"(20L) : "memory");
+  return ret;
+}
+long x32_getpid() {
+  long ret;
+  asm volatile("syscall" : "=a"(ret) : "a"(static_cast<long>(__NR_getpid | 0x40000000L)) : "rcx", "r11", "memory");
+  return ret;
+}
+
+TEST(SeccompFilter, ForeignAbisRefused) {
+  program();
+  // What the kernel does without a filter, for the record (x32 is often compiled out).
+  std::string unfiltered = run_in_child([](int report) {
+    char buf[128];
+    int n = std::snprintf(buf, sizeof buf, "int80=%ld x32=%ld", int80_getpid(), x32_getpid());
+    (void)!::write(report, buf, static_cast<size_t>(n));
+    ::_exit(0);
+  });
+  RecordProperty("unfiltered_foreign_abi", unfiltered);
+  std::printf("unfiltered (kernel alone): %s\n", unfiltered.c_str());
+  std::string failure = run_in_child([](int report) {
+    install_or_fail(report);
+    CHILD_EXPECT_EQ(int80_getpid(), -ENOSYS);
+    CHILD_EXPECT_EQ(x32_getpid(), -ENOSYS);
+    CHILD_EXPECT_EQ(::syscall(__NR_getpid), ::getpid());
+  });
+  EXPECT_EQ(failure, "");
+}
+
+}  // namespace
+}  // namespace soyaos::comet
