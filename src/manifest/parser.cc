@@ -129,6 +129,11 @@ class Walker {
           const std::size_t d = edit_distance(k.value, a);
           if (d < best_d) best_d = d, best = a;
         }
+        if (best.empty()) {  // a truncated key: "proto" for "protocol"
+          for (std::string_view a : allowed) {
+            if (k.value.size() >= 3 && a.substr(0, k.value.size()) == k.value) best = a;
+          }
+        }
         if (!best.empty()) {
           msg += " (did you mean \"" + std::string(best) + "\"?)";
         } else {

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <new>
-#include <sstream>
+#include <algorithm>
+#include <istream>
+#include <streambuf>
 
 namespace soyaos::manifest::detail {
 namespace {
@@ -32,14 +34,47 @@ Mark to_mark(const YAML::Mark& m) {
   return Mark{m.line + 1, m.column + 1};
 }
 
+// Feeds the text to yaml-cpp in chunks, refusing to read further than kMaxLookahead
+// bytes past the last event. yaml-cpp's scanner holds every token it cannot yet resolve
+// (a flow collection that might be a simple key, "[[[[..." or "[a,a,a,...") in a queue
+// of ~250 bytes per token; this window caps that queue at a few MiB whatever the input.
+// yaml-cpp reads through rdbuf()->sgetn(), so the exception reaches our catch directly.
+class WindowBuf final : public std::streambuf {
+ public:
+  WindowBuf(std::string_view text, const std::size_t& progress) : text_(text), progress_(progress) {}
+
+ protected:
+  int_type underflow() override {
+    if (gptr() != nullptr && gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    if (next_ >= text_.size()) return traits_type::eof();
+    if (next_ > progress_ + kMaxLookahead) {
+      throw Refused{mark_at(text_, progress_),
+                    "a single YAML node spans more than " + std::to_string(kMaxLookahead / 1024) +
+                        " KiB (split it, or use block style)"};
+    }
+    const std::size_t n = std::min<std::size_t>(4096, text_.size() - next_);
+    char* begin = const_cast<char*>(text_.data() + next_);  // read-only get area
+    setg(begin, begin, begin + n);
+    next_ += n;
+    return traits_type::to_int_type(*gptr());
+  }
+
+ private:
+  std::string_view text_;
+  const std::size_t& progress_;
+  std::size_t next_ = 0;
+};
+
 class TreeBuilder final : public YAML::EventHandler {
  public:
   std::optional<YNode> root;
+  std::size_t progress = 0;  // byte offset of the latest event
 
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
 
   void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    note(mark);
     check_anchor(mark, anchor);
     YNode n;
     n.kind = YNode::Kind::null;
@@ -57,6 +92,7 @@ class TreeBuilder final : public YAML::EventHandler {
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
+    note(mark);
     check_anchor(mark, anchor);
     check_tag(mark, tag);
     YNode n;
@@ -102,7 +138,12 @@ class TreeBuilder final : public YAML::EventHandler {
     }
   }
 
+  void note(const YAML::Mark& mark) {
+    if (!mark.is_null() && mark.pos > 0) progress = std::max(progress, static_cast<std::size_t>(mark.pos));
+  }
+
   void open(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor, YNode::Kind kind) {
+    note(mark);
     check_anchor(mark, anchor);
     check_tag(mark, tag);
     if (stack_.size() + 1 > static_cast<std::size_t>(kMaxDepth)) {
@@ -127,7 +168,13 @@ class TreeBuilder final : public YAML::EventHandler {
       root = std::move(n);
       return &*root;
     }
-    stack_.back()->items.push_back(std::move(n));
+    YNode& parent = *stack_.back();
+    // yaml-cpp marks an empty value ("name:") at the next token, often on a later line;
+    // point at its key instead.
+    if (n.kind == YNode::Kind::null && parent.kind == YNode::Kind::mapping && parent.items.size() % 2 == 1) {
+      n.mark = parent.items.back().mark;
+    }
+    parent.items.push_back(std::move(n));
     return &stack_.back()->items.back();
   }
 };
@@ -220,9 +267,10 @@ YamlParse parse_yaml(std::string_view text, const std::string& file) {
     return out;
   }
   try {
-    std::istringstream in{std::string(text)};
-    YAML::Parser parser(in);
     TreeBuilder builder;
+    WindowBuf buf(text, builder.progress);
+    std::istream in(&buf);
+    YAML::Parser parser(in);
     if (!parser.HandleNextDocument(builder) || !builder.root) {
       out.errors.push_back(Diagnostic{file, {}, "", "manifest is empty"});
       return out;
