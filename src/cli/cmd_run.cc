@@ -1,5 +1,97 @@
+// `soyaos run PACK [--input PATH] [--out DIR] [--events FILE|-] [--mount H:S[:ro|rw]]
+//  [--no-cache] [-- ARGS...]`: runs a pack in a Comet (SPEC.md §3).
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+
 #include "cli/commands.h"
+#include "supervisor/run.h"
 
 namespace soyaos::cli {
-void register_run_command(CLI::App& /*app*/, CliContext& /*ctx*/) {}
+namespace {
+
+struct RunArgs {
+  std::string pack;
+  std::string input;
+  std::string out;
+  std::vector<std::string> events;
+  std::vector<std::string> mounts;
+  bool no_cache = false;
+  std::vector<std::string> args;
+};
+
+void print_summary(const supervisor::RunReport& r) {
+  if (r.violations.empty()) return;
+  std::fprintf(stderr, "soyaos: run %s: %zu capability violation%s; exit status %d\n",
+               r.run_id.c_str(), r.violations.size(), r.violations.size() == 1 ? "" : "s",
+               r.exit_code);
+  // One line per distinct (surface, access, resource, errno), with a count.
+  std::map<std::string, int> distinct;
+  std::vector<std::string> order;
+  for (const auto& v : r.violations) {
+    std::string key = v.surface + (v.access.empty() ? "" : " " + v.access) + "  " + v.resource +
+                      "  (" + v.syscall + ": " + v.errno_name + ")";
+    if (distinct[key]++ == 0) order.push_back(key);
+  }
+  for (const auto& k : order) {
+    int n = distinct[k];
+    if (n > 1) {
+      std::fprintf(stderr, "  %s  x%d\n", k.c_str(), n);
+    } else {
+      std::fprintf(stderr, "  %s\n", k.c_str());
+    }
+  }
+}
+
+void run(const RunArgs& a, CliContext& ctx) {
+  supervisor::RunRequest req;
+  req.pack_dir = a.pack;
+  if (!a.input.empty()) req.options.input = a.input;
+  if (!a.out.empty()) req.options.out = a.out;
+  req.options.mounts = a.mounts;
+  req.options.extra_args = a.args;
+  for (const auto& e : a.events) {
+    if (e == "-") {
+      req.events_to_stdout = true;
+    } else {
+      req.event_files.push_back(e);
+    }
+  }
+  // --no-cache: results are not cached by this build yet, so every run starts a Comet.
+  auto report = supervisor::run_pack(req);
+  if (!report.error.empty()) {
+    std::fprintf(stderr, "soyaos: %s\n", report.error.c_str());
+  }
+  for (const auto& s : report.outputs.skipped) {
+    std::fprintf(stderr, "soyaos: /workdir/out/%s\n", s.c_str());
+  }
+  if (report.outcome.ending == supervisor::Ending::timed_out) {
+    std::fprintf(stderr, "soyaos: run %s: timed out (resources.timeout)\n", report.run_id.c_str());
+  }
+  if (report.outcome.ending == supervisor::Ending::exec_failed) {
+    std::fprintf(stderr, "soyaos: the runtime could not be executed: %s\n",
+                 Error{report.outcome.exec_errno, "execve"}.describe().c_str());
+  }
+  print_summary(report);
+  ctx.exit_code = report.exit_code;
+}
+
+}  // namespace
+
+void register_run_command(CLI::App& app, CliContext& ctx) {
+  auto args = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "Run a pack in a Comet, the fail-closed sandbox");
+  cmd->add_option("pack", args->pack, "Pack directory")->required();
+  cmd->add_option("--input", args->input, "File or directory mounted read-only at /workdir/inputs");
+  cmd->add_option("--out", args->out, "Where /workdir/out is collected (default ./soyaos-out/RUN_ID)");
+  cmd->add_option("--events", args->events, "Append Scope events (JSON Lines) to FILE, or - for stdout");
+  cmd->add_option("--mount", args->mounts,
+                  "Bind operator data HOST:SANDBOX[:ro|:rw] at a path the manifest declares");
+  cmd->add_flag("--no-cache", args->no_cache, "Always run (bypass the result cache)");
+  cmd->add_option("args", args->args, "Arguments for the agent (after --)");
+  cmd->callback([args, &ctx] { run(*args, ctx); });
+}
+
 }  // namespace soyaos::cli

@@ -1,0 +1,106 @@
+#include "comet/credentials.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "common/unique_fd.h"
+
+namespace soyaos::comet {
+namespace {
+
+constexpr uid_t kRootModeHostId = 65534;  // nobody / nogroup
+
+Status write_proc_file(pid_t pid, const char* name, const std::string& content) {
+  std::string path = "/proc/" + std::to_string(pid) + "/" + name;
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return errno_error("open " + path);
+  if (::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    return errno_error("write " + path + " '" + content + "'");
+  }
+  return {};
+}
+
+}  // namespace
+
+Status write_id_maps(pid_t child, const policy::Policy& policy) {
+  const bool root = ::geteuid() == 0;
+  const uid_t host_uid = root ? kRootModeHostId : ::geteuid();
+  const gid_t host_gid = root ? kRootModeHostId : ::getegid();
+  if (!root) {
+    // An unprivileged process may only write gid_map after denying setgroups.
+    if (auto s = write_proc_file(child, "setgroups", "deny"); !s) return s;
+  }
+  if (auto s = write_proc_file(child, "uid_map",
+                               std::to_string(policy.sandbox_uid) + " " + std::to_string(host_uid) + " 1\n");
+      !s) {
+    return s;
+  }
+  return write_proc_file(child, "gid_map",
+                         std::to_string(policy.sandbox_gid) + " " + std::to_string(host_gid) + " 1\n");
+}
+
+Status become_sandbox_ids(const policy::Policy& policy) {
+  // setgroups is denied in rootless user namespaces, where the group list is already the
+  // operator's single mapped group.
+  if (::setgroups(0, nullptr) != 0 && errno != EPERM) return errno_error("setgroups");
+  if (::setresgid(policy.sandbox_gid, policy.sandbox_gid, policy.sandbox_gid) != 0) {
+    return errno_error("setresgid " + std::to_string(policy.sandbox_gid));
+  }
+  if (::setresuid(policy.sandbox_uid, policy.sandbox_uid, policy.sandbox_uid) != 0) {
+    return errno_error("setresuid " + std::to_string(policy.sandbox_uid));
+  }
+  return {};
+}
+
+Status drop_privileges(const policy::Policy& policy) {
+  // Bounding set first: dropping it needs CAP_SETPCAP, which the next steps remove.
+  for (int cap = 0; cap <= 63; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+      return errno_error("drop capability " + std::to_string(cap) + " from the bounding set");
+    }
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {
+    return errno_error("clear ambient capabilities");
+  }
+  if (auto s = become_sandbox_ids(policy); !s) return s;
+  struct __user_cap_header_struct header {};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  struct __user_cap_data_struct data[2] {};
+  // SAFETY: capset(2): glibc has no wrapper without libcap; all-zero sets drop everything.
+  if (::syscall(SYS_capset, &header, data) != 0) return errno_error("capset to empty");
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno_error("set no_new_privs");
+  // The uid change reset dumpable; the supervisor reads the agent's memory (paths) through
+  // process_vm_readv, which needs it.
+  if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) return errno_error("set dumpable");
+  return {};
+}
+
+Status apply_rlimits(const policy::Limits& limits) {
+  struct Limit {
+    int resource;
+    rlim_t value;
+    const char* name;
+  };
+  const Limit table[] = {
+      {RLIMIT_DATA, limits.memory_bytes, "RLIMIT_DATA (memory)"},
+      {RLIMIT_NPROC, limits.pids, "RLIMIT_NPROC (pids)"},
+      {RLIMIT_NOFILE, limits.open_files, "RLIMIT_NOFILE (open files)"},
+      {RLIMIT_CORE, 0, "RLIMIT_CORE"},
+      {RLIMIT_MEMLOCK, 0, "RLIMIT_MEMLOCK"},
+      {RLIMIT_MSGQUEUE, 0, "RLIMIT_MSGQUEUE"},
+  };
+  for (const auto& l : table) {
+    struct rlimit rl {l.value, l.value};
+    if (::setrlimit(l.resource, &rl) != 0) return errno_error(std::string("setrlimit ") + l.name);
+  }
+  return {};
+}
+
+}  // namespace soyaos::comet

@@ -1,0 +1,244 @@
+#include "comet/launcher.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "comet/credentials.h"
+#include "comet/landlock.h"
+#include "comet/mounts.h"
+
+namespace soyaos::comet {
+namespace {
+
+constexpr char kMsgFailure = kControlSetupFailed;
+constexpr char kMsgReady = kControlReady;  // carries [listener, out_dir] as SCM_RIGHTS
+constexpr char kMsgExecFailed = kControlExecFailed;
+
+void send_failure(int sock, const char* layer, const Error& e) {
+  std::string body = std::string(layer) + '\0' + e.message;
+  ControlHeader h{kMsgFailure, e.err};
+  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+  msg += body;
+  (void)::send(sock, msg.data(), msg.size(), MSG_NOSIGNAL);
+}
+
+[[noreturn]] void fail(int sock, const char* layer, const Error& e) {
+  send_failure(sock, layer, e);
+  ::_exit(125);
+}
+
+Status send_fds(int sock, int fd_a, int fd_b) {
+  ControlHeader h{kMsgReady, 0};
+  struct iovec iov {&h, sizeof h};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  int fds[2] = {fd_a, fd_b};
+  std::memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) return errno_error("send listener to supervisor");
+  return {};
+}
+
+std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
+  std::vector<LandlockRule> rules;
+  auto add = [&](const std::string& path, FsAccess access) {
+    struct stat st {};
+    // Declared paths with nothing mounted there do not exist in the sandbox: no rule.
+    if (::stat(path.c_str(), &st) == 0) rules.push_back({path, access});
+  };
+  for (const auto& path : p.fs.runtime) add(path, FsAccess::read_exec);
+  for (const auto& path : p.fs.read) add(path, FsAccess::read_exec);
+  for (const auto& path : p.fs.write) add(path, FsAccess::read_write);
+  for (const char* dev : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}) {
+    add(dev, FsAccess::read_write);
+  }
+  return rules;
+}
+
+// The child, from clone to execve. Runs in a copy of the (single-threaded) supervisor's
+// memory; every failure is reported on `sock` and ends the child.
+[[noreturn]] void child_main(const policy::Policy& policy, const SeccompProgram& program, int sock,
+                             int stdout_w, int stderr_w) {
+  // Wait for the parent to write our id maps.
+  char go = 0;
+  if (::read(sock, &go, 1) != 1) ::_exit(125);
+
+  if (::dup2(stdout_w, STDOUT_FILENO) < 0 || ::dup2(stderr_w, STDERR_FILENO) < 0) {
+    fail(sock, "stdio", errno_error("dup2 output pipes"));
+  }
+
+  if (auto s = become_sandbox_ids(policy); !s) fail(sock, "user namespace", s.error());
+  auto root = build_sandbox_root(policy);
+  if (!root) fail(sock, "mounts", root.error());
+
+  if (::sethostname(policy.hostname.data(), policy.hostname.size()) != 0) {
+    fail(sock, "uts namespace", errno_error("sethostname"));
+  }
+  if (::chdir(policy.cwd.c_str()) != 0) fail(sock, "mounts", errno_error("chdir " + policy.cwd));
+  // A new session without a controlling terminal: TIOCSTI has nothing to inject into.
+  if (::setsid() < 0) fail(sock, "session", errno_error("setsid"));
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0 || ::dup2(devnull, STDIN_FILENO) < 0) {
+    fail(sock, "stdio", errno_error("stdin from /dev/null"));
+  }
+  ::close(devnull);
+
+  if (auto s = apply_rlimits(policy.limits); !s) fail(sock, "limits", s.error());
+  if (auto s = drop_privileges(policy); !s) fail(sock, "credentials", s.error());
+  // The credential change cleared any parent-death signal: set it again. (getppid() is 0
+  // in a new PID namespace; a supervisor that died before this is caught when send_fds
+  // below fails.)
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
+    fail(sock, "credentials", errno_error("PR_SET_PDEATHSIG"));
+  }
+
+  if (auto s = apply_landlock(landlock_rules(policy)); !s) fail(sock, "landlock", s.error());
+
+  auto listener = install_agent_filter(program);
+  if (!listener) fail(sock, "seccomp", listener.error());
+  if (auto s = send_fds(sock, listener->get(), root->out_dir.get()); !s) {
+    ::_exit(125);
+  }
+  listener->reset();
+  root->out_dir.reset();
+  // Nothing of the supervisor's reaches the agent: every fd but 0-2 closes on exec.
+  // SAFETY: close_range(2) marks all fds >= 3 close-on-exec; the control socket goes at exec.
+  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) ::_exit(125);
+
+  std::vector<char*> argv;
+  for (const auto& a : policy.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : policy.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  ::execve(policy.executable.c_str(), argv.data(), envp.data());
+  ControlHeader h{kMsgExecFailed, errno};
+  (void)::send(sock, &h, sizeof h, MSG_NOSIGNAL);
+  ::_exit(errno == ENOENT ? 127 : 126);
+}
+
+Result<std::pair<UniqueFd, UniqueFd>> make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return errno_error("pipe2");
+  return std::make_pair(UniqueFd(fds[0]), UniqueFd(fds[1]));
+}
+
+// Reads the child's next control message. A Ready message yields its two fds.
+Result<std::pair<UniqueFd, UniqueFd>> receive_ready(int sock) {
+  char buf[4096];
+  struct iovec iov {buf, sizeof buf};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return errno_error("receive from the Comet's setup");
+  if (n < static_cast<ssize_t>(sizeof(ControlHeader))) {
+    return make_error("sandbox setup: the child exited before reporting");
+  }
+  ControlHeader h{};
+  std::memcpy(&h, buf, sizeof h);
+  if (h.kind == kMsgFailure) {
+    std::string body(buf + sizeof h, static_cast<size_t>(n) - sizeof h);
+    auto nul = body.find('\0');
+    std::string layer = body.substr(0, nul);
+    std::string detail = nul == std::string::npos ? "" : body.substr(nul + 1);
+    return make_error(layer + ": " + detail, h.err);
+  }
+  if (h.kind != kMsgReady) return make_error("sandbox setup: unexpected message");
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS ||
+      cmsg->cmsg_len != CMSG_LEN(2 * sizeof(int))) {
+    return make_error("sandbox setup: listener fd missing");
+  }
+  int fds[2];
+  std::memcpy(fds, CMSG_DATA(cmsg), sizeof fds);
+  return std::make_pair(UniqueFd(fds[0]), UniqueFd(fds[1]));
+}
+
+}  // namespace
+
+Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return errno_error("socketpair");
+  }
+  UniqueFd parent_sock(sv[0]), child_sock(sv[1]);
+  auto out_pipe = make_pipe();
+  if (!out_pipe) return out_pipe.error();
+  auto err_pipe = make_pipe();
+  if (!err_pipe) return err_pipe.error();
+
+  int pidfd = -1;
+  struct clone_args args {};
+  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+               CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper. The
+  // supervisor is single-threaded here, so the child's copy of memory is consistent.
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) {
+    return errno_error("create namespaces (user, mount, pid, ipc, uts, net, cgroup)");
+  }
+  if (pid == 0) {
+    parent_sock.reset();
+    child_main(policy, program, child_sock.get(), out_pipe->second.get(), err_pipe->second.get());
+  }
+  LaunchedComet comet;
+  comet.pid = static_cast<pid_t>(pid);
+  comet.pidfd.reset(pidfd);
+  child_sock.reset();
+  out_pipe->second.reset();
+  err_pipe->second.reset();
+
+  auto kill_child = [&] {
+    ::kill(comet.pid, SIGKILL);
+    ::waitpid(comet.pid, nullptr, 0);
+  };
+  if (auto s = write_id_maps(comet.pid, policy); !s) {
+    kill_child();
+    return make_error("user namespace: " + s.error().message, s.error().err);
+  }
+  char go = 'G';
+  if (::write(parent_sock.get(), &go, 1) != 1) {
+    kill_child();
+    return errno_error("start the Comet's setup");
+  }
+  auto fds = receive_ready(parent_sock.get());
+  if (!fds) {
+    kill_child();
+    return fds.error();
+  }
+  comet.listener = std::move(fds->first);
+  comet.out_dir = std::move(fds->second);
+  comet.control = std::move(parent_sock);
+  comet.stdout_read = std::move(out_pipe->first);
+  comet.stderr_read = std::move(err_pipe->first);
+  return comet;
+}
+
+}  // namespace soyaos::comet

@@ -1,0 +1,53 @@
+// The Comet launcher: creates the sandboxed child and applies the layers in a fixed order.
+//
+//   parent (supervisor)                     child (becomes the agent, PID 1 of its namespace)
+//   clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS|NEWNET|NEWCGROUP)
+//   write uid_map/gid_map  ---- go ---->    1. mounts: build_sandbox_root (pivot_root)
+//                                           2. hostname, new session, stdio
+//                                           3. rlimits
+//                                           4. credentials: ids, capabilities, no_new_privs
+//                                           5. Landlock
+//                                           6. seccomp filter (listener fd)
+//   receive listener + /workdir/out <----   7. send fds, close everything else
+//   answer the first execve: CONTINUE       8. execve the runtime (observed)
+//
+// Any failing step makes the child report "LAYER: error" and exit; the run then exits 125
+// (C1). Everything the child needs is computed before clone (nothing is looked up after).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "comet/seccomp_filter.h"
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "policy/policy.h"
+
+namespace soyaos::comet {
+
+struct LaunchedComet {
+  pid_t pid = -1;          // host pid of the agent
+  UniqueFd pidfd;          // for exit notification and signals
+  UniqueFd control;        // the child's setup channel: error reports, then EOF on exec
+  UniqueFd listener;       // seccomp user-notification fd
+  UniqueFd out_dir;        // /workdir/out tmpfs, collected after the run
+  UniqueFd stdout_read;    // agent's stdout and stderr (pipes)
+  UniqueFd stderr_read;
+};
+
+// The header of every message on the control channel (child to parent).
+struct ControlHeader {
+  char kind;  // 'E' setup failure ("LAYER\0message" follows), 'R' ready (fds), 'X' exec failed
+  int err;    // errno of the failure
+};
+inline constexpr char kControlSetupFailed = 'E';
+inline constexpr char kControlReady = 'R';
+inline constexpr char kControlExecFailed = 'X';
+
+// Starts the child and runs steps 1-7; returns once the listener fd has arrived (the
+// child is then blocked in execve waiting for the supervisor's answer), or the child's
+// setup failure as an Error whose message is "LAYER: detail".
+Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program);
+
+}  // namespace soyaos::comet

@@ -1,0 +1,236 @@
+#include "policy/policy.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <system_error>
+
+namespace soyaos::policy {
+namespace fs = std::filesystem;
+using manifest::Runtime;
+
+namespace {
+
+constexpr const char* kWorkdir = "/workdir";
+constexpr const char* kInputs = "/workdir/inputs";
+constexpr const char* kOut = "/workdir/out";
+
+// Host directories that make up the runtime layer, bound read-only at the same path.
+// Debian 12 is merged-/usr: /bin, /lib, /lib64, /sbin are symlinks into /usr and are
+// recreated as symlinks inside the sandbox rather than bound.
+const char* const kRuntimeHostPaths[] = {"/usr", "/bin", "/lib", "/lib64", "/sbin"};
+
+// Host files under /etc the interpreters need: CA certificates and OpenSSL's config,
+// the dynamic linker's cache. The rest of /etc is generated.
+const char* const kEtcHostPaths[] = {"/etc/ssl", "/etc/ld.so.cache"};
+
+// Debian's python3 reaches /etc/python3.X/sitecustomize.py through a symlink in /usr/lib.
+const char* const kPythonEtcPaths[] = {"/etc/python3.11"};
+
+bool exists_no_follow(const std::string& path, struct stat* st) {
+  return ::lstat(path.c_str(), st) == 0;
+}
+
+// Adds a host path of the runtime layer: a symlink is recreated, anything else bound.
+void add_runtime_path(Policy& p, const std::string& path) {
+  struct stat st {};
+  if (!exists_no_follow(path, &st)) return;
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    auto target = fs::read_symlink(path, ec);
+    if (ec) return;
+    p.mounts.push_back({MountSpec::Kind::symlink, target.string(), path, {}, 0});
+  } else {
+    p.mounts.push_back({MountSpec::Kind::bind_ro, path, path, {}, 0});
+  }
+  p.fs.runtime.push_back(path);
+}
+
+struct OperatorMount {
+  std::string host;
+  std::string target;
+  bool writable = false;
+};
+
+Result<OperatorMount> parse_operator_mount(const std::string& spec) {
+  // HOST:SANDBOX[:ro|:rw]; host paths may not contain ':' (documented in docs/cli.md).
+  OperatorMount m;
+  auto first = spec.find(':');
+  if (first == std::string::npos) {
+    return make_error("--mount " + spec + ": expected HOST:SANDBOX[:ro|:rw]");
+  }
+  m.host = spec.substr(0, first);
+  std::string rest = spec.substr(first + 1);
+  auto second = rest.find(':');
+  if (second != std::string::npos) {
+    std::string mode = rest.substr(second + 1);
+    rest = rest.substr(0, second);
+    if (mode == "rw") {
+      m.writable = true;
+    } else if (mode != "ro") {
+      return make_error("--mount " + spec + ": mode must be ro or rw, not '" + mode + "'");
+    }
+  }
+  m.target = rest;
+  if (!manifest::is_normalised_absolute(m.target)) {
+    return make_error("--mount " + spec + ": sandbox path must be absolute and normalised");
+  }
+  std::error_code ec;
+  auto canonical = fs::canonical(m.host, ec);
+  if (ec) return make_error("--mount " + spec + ": host path " + m.host, ec.value());
+  m.host = canonical.string();
+  return m;
+}
+
+bool covered_by_any(const std::vector<manifest::FsPath>& prefixes, const std::string& path) {
+  return std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](const auto& p) { return manifest::path_covers(p.path, path); });
+}
+
+bool is_reserved(const std::string& path) {
+  // Paths the Comet owns: the runtime layer and generated files cannot be shadowed.
+  for (const char* r : {"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc", "/proc", "/dev"}) {
+    if (manifest::path_covers(r, path)) return true;
+  }
+  return path == "/";
+}
+
+}  // namespace
+
+std::vector<std::string> runtime_layer_paths(Runtime runtime) {
+  std::vector<std::string> paths(std::begin(kRuntimeHostPaths), std::end(kRuntimeHostPaths));
+  paths.insert(paths.end(), std::begin(kEtcHostPaths), std::end(kEtcHostPaths));
+  if (runtime == Runtime::python3) {
+    paths.insert(paths.end(), std::begin(kPythonEtcPaths), std::end(kPythonEtcPaths));
+  }
+  return paths;
+}
+
+std::string generated_passwd(uid_t uid, gid_t gid) {
+  return "root:x:0:0:root:/:/usr/sbin/nologin\n"
+         "agent:x:" + std::to_string(uid) + ":" + std::to_string(gid) +
+         ":SoyaOS agent:/workdir:/usr/sbin/nologin\n"
+         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+}
+
+std::string generated_group(gid_t gid) {
+  return "root:x:0:\nagent:x:" + std::to_string(gid) + ":\nnogroup:x:65534:\n";
+}
+
+Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& options) {
+  Policy p;
+  p.identity = {options.run_id, m.name, m.version, options.digest};
+  p.runtime = m.agent.runtime;
+  p.limits = {m.resources.memory_bytes, m.resources.pids, m.resources.timeout_ms,
+              m.resources.write_quota_bytes, m.resources.open_files};
+  p.egress_requested = m.capabilities.egress_any || !m.capabilities.egress.empty();
+
+  const std::string entry = std::string(kWorkdir) + "/" + m.agent.entrypoint;
+  switch (m.agent.runtime) {
+    case Runtime::python3:
+      p.executable = "/usr/bin/python3";
+      // -B: never write .pyc next to the pack (/workdir is read-only); -s: no user site.
+      p.argv = {"python3", "-B", "-s", entry};
+      break;
+    case Runtime::node:
+      p.executable = "/usr/bin/node";
+      p.argv = {"node", entry};
+      break;
+    case Runtime::native:
+      p.executable = entry;
+      p.argv = {entry};
+      break;
+  }
+  p.argv.insert(p.argv.end(), m.agent.args.begin(), m.agent.args.end());
+  p.argv.insert(p.argv.end(), options.extra_args.begin(), options.extra_args.end());
+
+  // C5: only what the manifest sets plus PATH, HOME, LANG, TZ (proxy variables: #5).
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"PATH", "/usr/bin:/bin"}, {"HOME", kWorkdir}, {"LANG", "C.UTF-8"}, {"TZ", "UTC"}};
+  for (const auto& [k, v] : m.agent.env) {
+    auto it = std::find_if(env.begin(), env.end(), [&](const auto& e) { return e.first == k; });
+    if (it != env.end()) {
+      it->second = v;
+    } else {
+      env.emplace_back(k, v);
+    }
+  }
+  for (const auto& [k, v] : env) p.env.push_back(k + "=" + v);
+
+  // Runtime layer.
+  for (const char* path : kRuntimeHostPaths) add_runtime_path(p, path);
+  for (const char* path : kEtcHostPaths) add_runtime_path(p, path);
+  if (m.agent.runtime == Runtime::python3) {
+    for (const char* path : kPythonEtcPaths) add_runtime_path(p, path);
+  }
+  const std::pair<const char*, std::string> generated[] = {
+      {"/etc/passwd", generated_passwd(p.sandbox_uid, p.sandbox_gid)},
+      {"/etc/group", generated_group(p.sandbox_gid)},
+      {"/etc/hosts", "127.0.0.1 localhost\n::1 localhost\n127.0.1.1 comet\n"},
+      {"/etc/resolv.conf", "nameserver 127.0.0.1\noptions edns0\n"},
+      {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"},
+  };
+  for (const auto& [path, content] : generated) {
+    p.mounts.push_back({MountSpec::Kind::file, {}, path, content, 0});
+    p.fs.runtime.push_back(path);
+  }
+  p.mounts.push_back({MountSpec::Kind::dev, {}, "/dev", {}, 0});
+  p.fs.runtime.push_back("/dev");
+  p.mounts.push_back({MountSpec::Kind::proc, {}, "/proc", {}, 0});
+  p.fs.runtime.push_back("/proc");
+
+  // The pack, read-only (M5), then its inputs and outputs.
+  std::error_code ec;
+  auto pack = fs::canonical(m.pack_dir, ec);
+  if (ec) return make_error("pack directory " + m.pack_dir.string(), ec.value());
+  p.mounts.push_back({MountSpec::Kind::pack_root, pack.string(), kWorkdir, {}, 0});
+  p.fs.read.push_back(kWorkdir);
+  if (options.input) {
+    auto input = fs::canonical(*options.input, ec);
+    if (ec) return make_error("--input " + options.input->string(), ec.value());
+    p.mounts.push_back({MountSpec::Kind::bind_ro, input.string(), kInputs, {}, 0});
+  }
+  p.fs.read.push_back(kInputs);
+
+  p.out_writable = covered_by_any(m.capabilities.fs_write, kOut);
+  p.mounts.push_back({MountSpec::Kind::tmpfs_rw, {}, kOut, {}, p.limits.write_quota_bytes});
+  p.out_host_dir = options.out ? *options.out : fs::path("soyaos-out") / options.run_id;
+
+  p.fs.declared_read = m.capabilities.fs_read;
+  p.fs.declared_write = m.capabilities.fs_write;
+  for (const auto& r : m.capabilities.fs_read) {
+    if (!manifest::path_covers(kWorkdir, r.path)) p.fs.read.push_back(r.path);
+  }
+  // Other declared write paths: private, empty, size-limited tmpfs, discarded (C2).
+  for (const auto& w : m.capabilities.fs_write) {
+    p.fs.write.push_back(w.path);
+    if (manifest::path_covers(kOut, w.path)) continue;  // inside the collected tmpfs
+    if (is_reserved(w.path)) {
+      return make_error(w.key_path + ": cannot make " + w.path +
+                        " writable: it is inside the Comet's runtime layer");
+    }
+    p.mounts.push_back({MountSpec::Kind::tmpfs_rw, {}, w.path, {}, p.limits.write_quota_bytes});
+  }
+
+  // Operator data (--mount): only at a path the manifest declares (C2).
+  for (const auto& spec : options.mounts) {
+    auto om = parse_operator_mount(spec);
+    if (!om) return om.error();
+    bool declared = om->writable ? covered_by_any(m.capabilities.fs_write, om->target)
+                                 : covered_by_any(m.capabilities.fs_read, om->target) ||
+                                       covered_by_any(m.capabilities.fs_write, om->target);
+    if (!declared) {
+      return make_error("--mount " + spec + ": " + om->target + " is not declared under " +
+                        (om->writable ? "capabilities.fs.write" : "capabilities.fs.read"));
+    }
+    if (is_reserved(om->target) || om->target == kWorkdir || om->target == kOut) {
+      return make_error("--mount " + spec + ": " + om->target + " is reserved by the Comet");
+    }
+    p.mounts.push_back({om->writable ? MountSpec::Kind::bind_rw : MountSpec::Kind::bind_ro,
+                        om->host, om->target, {}, 0});
+    if (!om->writable) p.fs.read.push_back(om->target);
+  }
+  return p;
+}
+
+}  // namespace soyaos::policy

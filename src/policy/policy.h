@@ -1,0 +1,105 @@
+// The Policy: everything the Comet enforces for one run, as plain data compiled once from
+// the manifest and the run's options. The launcher, the kernel layers and the supervisor's
+// observer read only this, so what is enforced and what is reported agree by construction.
+// No system calls happen here except reading the host's layout (realpath, lstat).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "manifest/manifest.h"
+
+namespace soyaos::policy {
+
+// One entry of the sandbox's filesystem, applied in order on an empty tmpfs root.
+struct MountSpec {
+  enum class Kind {
+    bind_ro,       // host `source` bound read-only at `target`
+    bind_rw,       // host `source` bound read-write at `target` (operator --mount :rw only)
+    tmpfs_rw,      // private, empty, size-limited tmpfs (fs.write paths, /workdir/out)
+    symlink,       // `target` is a symlink whose content is `source` (merged-/usr links)
+    file,          // generated file with `content` (/etc/passwd ...), read-only
+    pack_root,     // /workdir: each top-level pack entry bound read-only, symlinks copied
+    dev,           // minimal /dev: null zero full random urandom, fd/std* links
+    proc,          // procfs of the sandbox's PID namespace (subset=pid)
+  };
+  Kind kind = Kind::bind_ro;
+  std::string source;   // host path (bind kinds, pack_root), or link content (symlink)
+  std::string target;   // absolute sandbox path
+  std::string content;  // file kind
+  uint64_t size_bytes = 0;  // tmpfs kinds
+};
+
+// Which sandbox paths the agent may read or write. The observer uses these to decide what
+// is a violation; mounts and Landlock (built from the same lists) enforce it.
+struct FsRules {
+  std::vector<std::string> runtime;  // runtime layer: reads are never violations
+  std::vector<std::string> read;     // /workdir, /workdir/inputs, fs.read, operator mounts
+  std::vector<std::string> write;    // fs.write
+  // The manifest entries behind read/write, for an event's manifest_entry.
+  std::vector<manifest::FsPath> declared_read;
+  std::vector<manifest::FsPath> declared_write;
+};
+
+struct Limits {
+  uint64_t memory_bytes = 0;
+  uint32_t pids = 0;
+  uint64_t timeout_ms = 0;
+  uint64_t write_quota_bytes = 0;
+  uint32_t open_files = 0;
+};
+
+struct Identity {
+  std::string run_id;
+  std::string pack;      // manifest name
+  std::string version;
+  std::string digest;    // "sha256:..." of the pack tree
+};
+
+struct Policy {
+  Identity identity;
+  manifest::Runtime runtime = manifest::Runtime::python3;
+  std::string executable;              // sandbox path executed once (interpreter or native entry)
+  std::vector<std::string> argv;       // argv[0] first
+  std::vector<std::string> env;        // "NAME=value", scrubbed (C5)
+  std::string cwd = "/workdir";
+  std::vector<MountSpec> mounts;       // in application order
+  FsRules fs;
+  Limits limits;
+  std::string hostname = "comet";
+  uid_t sandbox_uid = 1000;            // the agent's uid and gid inside the sandbox
+  gid_t sandbox_gid = 1000;
+  std::string out_sandbox_path = "/workdir/out";
+  bool out_writable = false;           // /workdir/out declared in fs.write
+  std::filesystem::path out_host_dir;  // where /workdir/out is collected after the run
+  bool egress_requested = false;       // the manifest declares egress (network issue #4)
+};
+
+// Operator choices for one run (`soyaos run` flags).
+struct RunOptions {
+  std::optional<std::filesystem::path> input;  // --input
+  std::optional<std::filesystem::path> out;    // --out (default ./soyaos-out/RUN_ID)
+  std::vector<std::string> mounts;             // --mount HOST:SANDBOX[:ro|:rw]
+  std::vector<std::string> extra_args;         // after --
+  std::string run_id;
+  std::string digest;
+};
+
+// Compiles a validated manifest into a Policy; fails (exit 125 at the CLI) when an option
+// cannot be honoured, e.g. a --mount target that the manifest does not declare.
+Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& options);
+
+// The runtime layer's paths for a runtime, as sandbox paths (also used by `doctor`).
+std::vector<std::string> runtime_layer_paths(manifest::Runtime runtime);
+
+// Generated /etc files.
+std::string generated_passwd(uid_t uid, gid_t gid);
+std::string generated_group(gid_t gid);
+
+}  // namespace soyaos::policy

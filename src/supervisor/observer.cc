@@ -1,0 +1,416 @@
+#include "supervisor/observer.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <seccomp.h>
+#include <sys/syscall.h>
+#include <sys/timex.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "manifest/manifest.h"
+
+namespace soyaos::supervisor {
+namespace {
+
+using comet::Notification;
+using manifest::path_covers;
+
+constexpr int kMaxLinkHops = 40;  // as the kernel's MAXSYMLINKS
+
+// Objects outside the filesystem (pipe:[…], socket:[…], anon_inode:…) reached through
+// /proc/self/fd: the agent already holds them, reopening them is not a path access.
+constexpr const char* kAnonymous = "<anonymous>";
+
+// Device nodes that accept writes without reaching anything (C2's minimal /dev).
+const char* const kWritableDevices[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                        "/dev/urandom"};
+
+int as_fd(uint64_t arg) { return static_cast<int>(static_cast<int32_t>(arg & 0xffffffffU)); }
+
+bool covered_by(const std::vector<std::string>& prefixes, const std::string& path) {
+  for (const auto& p : prefixes) {
+    if (path_covers(p, path)) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+std::string join(const std::vector<std::string>& parts, size_t from) {
+  std::string out;
+  for (size_t i = from; i < parts.size(); ++i) out += "/" + parts[i];
+  return out;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+int sandbox_pid_of(pid_t host_tid) {
+  std::ifstream status("/proc/" + std::to_string(host_tid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) == 0) {
+      auto last = line.find_last_of(" \t");
+      return std::atoi(line.c_str() + last + 1);
+    }
+  }
+  return 0;
+}
+
+const char* clock_name(uint64_t id) {
+  switch (static_cast<int>(id)) {
+    case CLOCK_REALTIME: return "CLOCK_REALTIME";
+    case CLOCK_MONOTONIC: return "CLOCK_MONOTONIC";
+    case CLOCK_TAI: return "CLOCK_TAI";
+    case CLOCK_BOOTTIME: return "CLOCK_BOOTTIME";
+    default: return "CLOCK_OTHER";
+  }
+}
+
+}  // namespace
+
+std::string normalise(const std::string& absolute_path) {
+  std::vector<std::string> out;
+  for (auto& part : split(absolute_path)) {
+    if (part == ".") continue;
+    if (part == "..") {
+      if (!out.empty()) out.pop_back();
+      continue;
+    }
+    out.push_back(part);
+  }
+  std::string s = join(out, 0);
+  return s.empty() ? "/" : s;
+}
+
+bool is_ancestor_or_self(const std::string& path, const std::string& prefix) {
+  return path_covers(path, prefix) || path == "/";
+}
+
+const char* syscall_name(int nr) {
+  static std::map<int, std::string> cache;
+  auto it = cache.find(nr);
+  if (it == cache.end()) {
+    char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+    it = cache.emplace(nr, name != nullptr ? name : "syscall_" + std::to_string(nr)).first;
+    std::free(name);  // NOLINT(cppcoreguidelines-no-malloc): libseccomp allocates with malloc
+  }
+  return it->second.c_str();
+}
+
+std::string errno_name(int err) {
+  const char* name = ::strerrorname_np(err);
+  return name != nullptr ? name : "E" + std::to_string(err);
+}
+
+// ---- ProcAgentView ---------------------------------------------------------------------
+
+ProcAgentView::ProcAgentView(const UniqueFd& listener, pid_t agent_pid)
+    : listener_(listener), agent_pid_(agent_pid) {}
+
+std::optional<std::string> ProcAgentView::read_string(const Notification& n, uint64_t addr) {
+  if (addr == 0) return std::nullopt;
+  auto s = comet::read_agent_string(listener_, n.id, static_cast<pid_t>(n.pid), addr);
+  if (!s) return std::nullopt;
+  return std::move(s.value());
+}
+
+bool ProcAgentView::read_bytes(const Notification& n, uint64_t addr, void* out, size_t len) {
+  if (addr == 0) return false;
+  struct iovec local {out, len};
+  struct iovec remote {reinterpret_cast<void*>(addr), len};  // NOLINT(performance-no-int-to-ptr)
+  ssize_t got = ::process_vm_readv(static_cast<pid_t>(n.pid), &local, 1, &remote, 1, 0);
+  return got == static_cast<ssize_t>(len) && comet::notification_valid(listener_, n.id);
+}
+
+std::optional<std::string> ProcAgentView::proc_link(const Notification& n, const std::string& what) {
+  std::string path = "/proc/" + std::to_string(n.pid) + "/" + what;
+  char buf[4096];
+  ssize_t len = ::readlink(path.c_str(), buf, sizeof buf);
+  if (len < 0 || static_cast<size_t>(len) >= sizeof buf) return std::nullopt;
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+std::optional<std::string> ProcAgentView::sandbox_readlink(const std::string& sandbox_path) {
+  if (!root_) {
+    std::string root = "/proc/" + std::to_string(agent_pid_) + "/root";
+    root_.reset(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root_) return std::nullopt;
+  }
+  std::string rel = sandbox_path.size() > 1 ? sandbox_path.substr(1) : ".";
+  char buf[4096];
+  ssize_t len = ::readlinkat(root_.get(), rel.c_str(), buf, sizeof buf);
+  if (len < 0 || static_cast<size_t>(len) >= sizeof buf) return std::nullopt;
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+// ---- Observer --------------------------------------------------------------------------
+
+namespace {
+
+// Follows what the kernel would follow, in the sandbox's view: the /dev/fd aliases, the
+// /proc magic links (root, cwd, exe, fd/N: every pid in the sandbox is the agent's), and
+// symlinks in agent-controlled trees. Symlinks inside the runtime layer are the host's
+// own and are not followed (the kernel refuses whatever they lead to outside).
+std::string resolve(const Notification& n, AgentView& view, const policy::Policy& policy,
+                    std::string path, bool follow_final, int hops = 0) {
+  path = normalise(path);
+  if (hops > kMaxLinkHops) return path;
+  for (const auto& [alias, fd] : {std::pair{"/dev/stdin", "0"}, {"/dev/stdout", "1"}, {"/dev/stderr", "2"}}) {
+    if (path == alias) return resolve(n, view, policy, std::string("/proc/self/fd/") + fd, follow_final, hops + 1);
+  }
+  if (path_covers("/dev/fd", path)) {
+    return resolve(n, view, policy, "/proc/self/fd" + path.substr(7), follow_final, hops + 1);
+  }
+  auto parts = split(path);
+  if (parts.size() >= 3 && parts[0] == "proc" &&
+      (parts[1] == "self" || parts[1] == "thread-self" || all_digits(parts[1]))) {
+    size_t i = 2;
+    if (parts.size() >= 5 && parts[2] == "task" && all_digits(parts[3])) i = 4;
+    std::optional<std::string> target;
+    size_t rest_from = i + 1;
+    if (parts[i] == "root") {
+      target = "/";
+    } else if (parts[i] == "cwd" || parts[i] == "exe") {
+      target = view.proc_link(n, parts[i]);
+    } else if (parts[i] == "fd" && i + 1 < parts.size() && all_digits(parts[i + 1])) {
+      target = view.proc_link(n, "fd/" + parts[i + 1]);
+      rest_from = i + 2;
+    }
+    if (target) {
+      if (target->empty() || (*target)[0] != '/') return kAnonymous;
+      return resolve(n, view, policy, *target + join(parts, rest_from), follow_final, hops + 1);
+    }
+    return path;
+  }
+  if (covered_by(policy.fs.runtime, path)) return path;
+  std::string cur;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string candidate = cur + "/" + parts[i];
+    bool last = i + 1 == parts.size();
+    if (!last || follow_final) {
+      if (auto link = view.sandbox_readlink(candidate)) {
+        std::string base = (!link->empty() && (*link)[0] == '/') ? *link : cur + "/" + *link;
+        return resolve(n, view, policy, base + join(parts, i + 1), follow_final, hops + 1);
+      }
+    }
+    cur = candidate;
+  }
+  return path;
+}
+
+bool readable(const policy::Policy& p, const std::string& path) {
+  if (path == kAnonymous) return true;
+  for (const auto* list : {&p.fs.runtime, &p.fs.read, &p.fs.write}) {
+    for (const auto& prefix : *list) {
+      if (path_covers(prefix, path) || is_ancestor_or_self(path, prefix)) return true;
+    }
+  }
+  return false;
+}
+
+bool writable(const policy::Policy& p, const std::string& path) {
+  if (path == kAnonymous || covered_by(p.fs.write, path)) return true;
+  for (const char* dev : kWritableDevices) {
+    if (path == dev) return true;
+  }
+  return false;
+}
+
+std::string closest_entry(const policy::Policy& p, const std::string& path, bool write) {
+  // A write to a readable path came closest to the read entry that covers it.
+  if (write) {
+    for (const auto& e : p.fs.declared_read) {
+      if (path_covers(e.path, path)) return e.key_path;
+    }
+  }
+  return "no match";
+}
+
+}  // namespace
+
+Decision Observer::check_path(const Notification& n, AgentView& view, const char* syscall,
+                              int dirfd, uint64_t path_addr, bool write, bool follow_final) {
+  auto raw = view.read_string(n, path_addr);
+  if (!raw) return {};  // unreadable or stale: let the kernel answer (it enforces anyway)
+  std::string absolute = *raw;
+  if (absolute.empty() || absolute[0] != '/') {
+    auto base = view.proc_link(n, dirfd == AT_FDCWD ? "cwd" : "fd/" + std::to_string(dirfd));
+    if (!base) return {};
+    if (base->empty() || (*base)[0] != '/') return {};  // relative to an anonymous fd
+    absolute = *base + "/" + absolute;
+  }
+  std::string path = resolve(n, view, policy_, absolute, follow_final);
+  bool allowed = write ? writable(policy_, path) : readable(policy_, path);
+  if (allowed) return {};
+  Decision d;
+  d.deny = true;
+  // C2: reading an undeclared path is ENOENT (nothing of the host shows); writing outside
+  // fs.write is EACCES (never EROFS).
+  d.err = write ? EACCES : ENOENT;
+  Violation v;
+  v.surface = "fs";
+  v.resource = path;
+  v.syscall = syscall;
+  v.errno_name = errno_name(d.err);
+  v.manifest_entry = closest_entry(policy_, path, write);
+  v.access = write ? "write" : "read";
+  v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
+  d.violation = std::move(v);
+  return d;
+}
+
+Decision Observer::on_exec(const Notification& n, AgentView& view, const char* name, int dirfd_arg,
+                           int path_arg) {
+  if (!runtime_started_) {
+    // The first execve is the Comet's own, of the runtime: it runs before the agent exists.
+    runtime_started_ = true;
+    return {};
+  }
+  Decision d{true, EACCES, Violation{}};
+  auto& v = *d.violation;
+  v.surface = "exec";
+  v.syscall = name;
+  v.errno_name = errno_name(EACCES);
+  v.manifest_entry = "no match";
+  auto path = view.read_string(n, n.args[path_arg]);
+  if (path && !path->empty() && (*path)[0] == '/') {
+    v.resource = normalise(*path);
+  } else {
+    int dirfd = dirfd_arg < 0 ? AT_FDCWD : as_fd(n.args[dirfd_arg]);
+    auto base = view.proc_link(n, dirfd == AT_FDCWD ? "cwd" : "fd/" + std::to_string(dirfd));
+    std::string b = base.value_or("?");
+    v.resource = (path && !path->empty()) ? normalise(b + "/" + *path) : b;  // fexecve: the fd's object
+  }
+  v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
+  return d;
+}
+
+Decision Observer::on_time(const Notification& n, AgentView& view) {
+  std::string resource;
+  switch (n.nr) {
+    case SYS_clock_settime:
+      resource = std::string("clock:") + clock_name(n.args[0]);
+      break;
+    case SYS_settimeofday:
+      resource = "clock:CLOCK_REALTIME";
+      break;
+    case SYS_adjtimex:
+    case SYS_clock_adjtime: {
+      // Reading the clock through adjtimex (modes == 0) is allowed; the kernel checks
+      // CAP_SYS_TIME itself for any change, so a racing agent still cannot set it.
+      uint64_t buf = n.nr == SYS_adjtimex ? n.args[0] : n.args[1];
+      unsigned int modes = 0;
+      if (!view.read_bytes(n, buf, &modes, sizeof modes)) return {};
+      if (modes == 0) return {};
+      resource = std::string("clock:") +
+                 (n.nr == SYS_adjtimex ? "CLOCK_REALTIME" : clock_name(n.args[0]));
+      break;
+    }
+    default:
+      return {};
+  }
+  Decision d{true, EPERM, Violation{}};
+  auto& v = *d.violation;
+  v.surface = "time";
+  v.resource = resource;
+  v.syscall = syscall_name(n.nr);
+  v.errno_name = errno_name(EPERM);
+  v.manifest_entry = "no match";
+  v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
+  return d;
+}
+
+Decision Observer::on_path(const Notification& n, AgentView& view) {
+  const char* name = syscall_name(n.nr);
+  const auto& a = n.args;
+  auto open_like = [&](int dirfd, uint64_t path, uint64_t flags) {
+    bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)) != 0;
+    if ((flags & O_PATH) != 0) write = false;
+    bool follow = (flags & O_NOFOLLOW) == 0 && !((flags & O_CREAT) && (flags & O_EXCL));
+    return check_path(n, view, name, dirfd, path, write, follow);
+  };
+  auto write_at = [&](int dirfd, uint64_t path, bool follow = false) {
+    return check_path(n, view, name, dirfd, path, /*write=*/true, follow);
+  };
+  auto both = [](Decision first, const std::function<Decision()>& second) {
+    return first.deny ? first : second();
+  };
+  switch (n.nr) {
+    case SYS_open: return open_like(AT_FDCWD, a[0], a[1]);
+    case SYS_openat: return open_like(as_fd(a[0]), a[1], a[2]);
+    case SYS_openat2: {
+      struct open_how how {};
+      if (!view.read_bytes(n, a[2], &how, sizeof how.flags)) return {};
+      return open_like(as_fd(a[0]), a[1], how.flags);
+    }
+    case SYS_creat: return open_like(AT_FDCWD, a[0], O_CREAT | O_WRONLY | O_TRUNC);
+    case SYS_mkdir:
+    case SYS_rmdir:
+    case SYS_unlink:
+    case SYS_mknod: return write_at(AT_FDCWD, a[0]);
+    case SYS_truncate: return write_at(AT_FDCWD, a[0], /*follow=*/true);
+    case SYS_mkdirat:
+    case SYS_unlinkat:
+    case SYS_mknodat: return write_at(as_fd(a[0]), a[1]);
+    case SYS_rename: return both(write_at(AT_FDCWD, a[0]), [&] { return write_at(AT_FDCWD, a[1]); });
+    case SYS_renameat:
+    case SYS_renameat2:
+      return both(write_at(as_fd(a[0]), a[1]), [&] { return write_at(as_fd(a[2]), a[3]); });
+    case SYS_link:
+      return both(check_path(n, view, name, AT_FDCWD, a[0], false, false),
+                  [&] { return write_at(AT_FDCWD, a[1]); });
+    case SYS_linkat:
+      return both(check_path(n, view, name, as_fd(a[0]), a[1], false, (a[4] & AT_SYMLINK_FOLLOW) != 0),
+                  [&] { return write_at(as_fd(a[2]), a[3]); });
+    case SYS_symlink: return write_at(AT_FDCWD, a[1]);
+    case SYS_symlinkat: return write_at(as_fd(a[1]), a[2]);
+    default: return {};
+  }
+}
+
+Decision Observer::decide(const Notification& n, AgentView& view) {
+  switch (n.nr) {
+    case SYS_execve: return on_exec(n, view, "execve", -1, 0);
+    case SYS_execveat: return on_exec(n, view, "execveat", 0, 1);
+    case SYS_fork:
+    case SYS_vfork:
+    case SYS_clone: {
+      // C3: only threads may be created; a new process is refused with EPERM.
+      Decision d{true, EPERM, Violation{}};
+      auto& v = *d.violation;
+      v.surface = "exec";
+      v.resource = "process";
+      v.syscall = syscall_name(n.nr);
+      v.errno_name = errno_name(EPERM);
+      v.manifest_entry = "no match";
+      v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
+      return d;
+    }
+    case SYS_clock_settime:
+    case SYS_settimeofday:
+    case SYS_adjtimex:
+    case SYS_clock_adjtime: return on_time(n, view);
+    default: return on_path(n, view);
+  }
+}
+
+}  // namespace soyaos::supervisor

@@ -1,0 +1,89 @@
+// The observer: turns each seccomp notification into an answer and, when the agent tried
+// something its manifest does not declare, a violation.
+//
+// It never widens access. Its answers are either CONTINUE (the kernel then decides, with
+// mounts and Landlock in force) or an error on the agent's behalf (a denial). It reads the
+// agent's memory once, before deciding, and never again after. A racing agent can at most
+// make a violation go unreported (the kernel still refuses) or deny itself something.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "comet/seccomp_notify.h"
+#include "common/unique_fd.h"
+#include "policy/policy.h"
+
+namespace soyaos::supervisor {
+
+struct Violation {
+  std::string surface;         // network | fs | exec | time
+  std::string resource;        // sandbox path, "fork", "clock:CLOCK_REALTIME", ...
+  std::string syscall;         // "openat"
+  std::string errno_name;      // "ENOENT"
+  std::string manifest_entry;  // key path of the closest entry, or "no match"
+  std::string access;          // fs only: read | write
+  int pid = 0;                 // the agent thread's pid inside the sandbox, when known
+};
+
+struct Decision {
+  bool deny = false;  // respond with -err instead of CONTINUE
+  int err = 0;
+  std::optional<Violation> violation;
+};
+
+// How the observer reads the agent's side of the world. Implemented over /proc and
+// process_vm_readv by ProcAgentView; tests may supply a real process too.
+class AgentView {
+ public:
+  virtual ~AgentView() = default;
+  virtual std::optional<std::string> read_string(const comet::Notification& n, uint64_t addr) = 0;
+  virtual bool read_bytes(const comet::Notification& n, uint64_t addr, void* out, size_t len) = 0;
+  // readlink of /proc/PID/<what> ("cwd", "fd/3", "exe") for the notifying thread.
+  virtual std::optional<std::string> proc_link(const comet::Notification& n, const std::string& what) = 0;
+  // readlink of a sandbox path, resolved in the sandbox's root; nullopt if not a symlink.
+  virtual std::optional<std::string> sandbox_readlink(const std::string& sandbox_path) = 0;
+};
+
+class ProcAgentView final : public AgentView {
+ public:
+  ProcAgentView(const UniqueFd& listener, pid_t agent_pid);
+  std::optional<std::string> read_string(const comet::Notification& n, uint64_t addr) override;
+  bool read_bytes(const comet::Notification& n, uint64_t addr, void* out, size_t len) override;
+  std::optional<std::string> proc_link(const comet::Notification& n, const std::string& what) override;
+  std::optional<std::string> sandbox_readlink(const std::string& sandbox_path) override;
+
+ private:
+  const UniqueFd& listener_;
+  pid_t agent_pid_;
+  UniqueFd root_;  // /proc/AGENT/root, opened lazily after exec
+};
+
+class Observer {
+ public:
+  explicit Observer(const policy::Policy& policy) : policy_(policy) {}
+  Decision decide(const comet::Notification& n, AgentView& view);
+
+ private:
+  Decision on_exec(const comet::Notification& n, AgentView& view, const char* name, int dirfd_arg,
+                   int path_arg);
+  Decision on_path(const comet::Notification& n, AgentView& view);
+  Decision on_time(const comet::Notification& n, AgentView& view);
+  Decision check_path(const comet::Notification& n, AgentView& view, const char* syscall,
+                      int dirfd, uint64_t path_addr, bool write, bool follow_final);
+
+  const policy::Policy& policy_;
+  bool runtime_started_ = false;  // the Comet's own execve of the runtime has been answered
+};
+
+// Pure helpers, exposed for tests.
+// Lexical normalisation of an absolute path: "//", ".", ".." folded ("/a/../../b" -> "/b").
+std::string normalise(const std::string& absolute_path);
+// True when `path` is `prefix`'s ancestor or equal ("/" and "/workdir" for "/workdir/out").
+bool is_ancestor_or_self(const std::string& path, const std::string& prefix);
+const char* syscall_name(int nr);
+std::string errno_name(int err);
+
+}  // namespace soyaos::supervisor

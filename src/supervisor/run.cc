@@ -1,0 +1,164 @@
+#include "supervisor/run.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "comet/launcher.h"
+#include "comet/seccomp_filter.h"
+#include "common/digest.h"
+#include "manifest/manifest.h"
+
+namespace soyaos::supervisor {
+namespace {
+
+// At most this many violation events per run; the rest are counted in run_finished, so
+// an agent looping on a forbidden call cannot flood the event store.
+constexpr size_t kMaxViolationEvents = 1000;
+
+std::string hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+nlohmann::json violation_data(const Violation& v) {
+  nlohmann::json d = {{"surface", v.surface},       {"resource", v.resource},
+                      {"syscall", v.syscall},       {"errno", v.errno_name},
+                      {"manifest_entry", v.manifest_entry}, {"pid", v.pid}};
+  if (!v.access.empty()) d["access"] = v.access;
+  return d;
+}
+
+int exit_code_for(const RunOutcome& o) {
+  switch (o.ending) {
+    case Ending::exec_failed: return kExitNotExecutable;
+    case Ending::timed_out: return kExitTimeout;
+    case Ending::interrupted: return 128 + o.status;
+    case Ending::signaled: return o.status == SIGKILL ? kExitKilled : 128 + o.status;
+    case Ending::exited: return o.status;
+  }
+  return kExitSetup;
+}
+
+const char* ending_name(Ending e) {
+  switch (e) {
+    case Ending::exited: return "exited";
+    case Ending::signaled: return "signaled";
+    case Ending::timed_out: return "timed_out";
+    case Ending::exec_failed: return "exec_failed";
+    case Ending::interrupted: return "interrupted";
+  }
+  return "?";
+}
+
+}  // namespace
+
+RunReport run_pack(const RunRequest& request) {
+  RunReport report;
+  report.run_id = request.options.run_id.empty() ? scope::new_run_id() : request.options.run_id;
+
+  auto loaded = manifest::load_pack(request.pack_dir);
+  if (!loaded.manifest) {
+    report.error = "invalid manifest:";
+    for (const auto& d : loaded.errors) report.error += "\n  " + d.format();
+    return report;
+  }
+  const auto& m = *loaded.manifest;
+  auto digest = tree_digest(request.pack_dir);
+  if (!digest) {
+    report.error = "digest of the pack: " + digest.error().describe();
+    return report;
+  }
+  policy::RunOptions options = request.options;
+  options.run_id = report.run_id;
+  options.digest = *digest;
+  auto policy = policy::compile_policy(m, options);
+  if (!policy) {
+    report.error = policy.error().describe();
+    return report;
+  }
+  if (policy->egress_requested) {
+    // Fail closed (C1): this Comet has no egress gateway yet, so a pack that needs the
+    // network is refused rather than run in an empty network namespace it did not ask for.
+    report.error = "network: capabilities.egress is declared but this Comet cannot enforce egress "
+                   "rules yet (no egress gateway); refusing to run";
+    return report;
+  }
+  auto program = comet::build_agent_filter();
+  if (!program) {
+    report.error = "seccomp: " + program.error().describe();
+    return report;
+  }
+
+  scope::EventSink sink;
+  for (const auto& f : request.event_files) {
+    if (auto s = sink.add_file(f); !s) {
+      report.error = s.error().describe();
+      return report;
+    }
+  }
+  if (request.events_to_stdout) sink.add_stdout();
+  scope::RunContext ctx{hostname(), report.run_id, m.name, m.version, *digest};
+  auto emit = [&](const std::string& type, nlohmann::json data) {
+    // A failing event sink must not go unnoticed (E4): remember it and fail the run.
+    if (auto s = sink.emit(scope::make_event(ctx, type, std::move(data))); !s && report.error.empty()) {
+      report.error = "events: " + s.error().describe();
+    }
+  };
+  emit("run_started", {{"runtime", manifest::to_string(m.agent.runtime)},
+                       {"entrypoint", m.agent.entrypoint},
+                       {"argv", policy->argv},
+                       {"determinism_tier", manifest::to_string(m.capabilities.tier)},
+                       {"limits",
+                        {{"memory_bytes", policy->limits.memory_bytes},
+                         {"pids", policy->limits.pids},
+                         {"timeout_ms", policy->limits.timeout_ms},
+                         {"write_quota_bytes", policy->limits.write_quota_bytes},
+                         {"open_files", policy->limits.open_files}}},
+                       {"rootless", ::geteuid() != 0}});
+
+  auto launched = comet::launch_comet(*policy, *program);
+  if (!launched) {
+    report.error = launched.error().describe();
+    emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
+    (void)sink.flush();
+    return report;
+  }
+  auto outcome = supervise(*launched, *policy, [&](const Violation& v) {
+    report.violations.push_back(v);
+    if (report.violations.size() <= kMaxViolationEvents) emit("capability_violation", violation_data(v));
+  });
+  if (!outcome) {
+    report.error = "supervisor: " + outcome.error().describe();
+    return report;
+  }
+  report.outcome = *outcome;
+  report.out_dir = policy->out_host_dir.string();
+  if (policy->out_writable) {
+    auto collected = collect_outputs(launched->out_dir, report.out_dir, policy->limits.write_quota_bytes);
+    if (collected) {
+      report.outputs = *collected;
+    } else {
+      report.error = "collect /workdir/out: " + collected.error().describe();
+    }
+  }
+  report.exit_code = report.violations.empty() ? exit_code_for(report.outcome) : kExitViolation;
+  if (report.outcome.ending == Ending::exec_failed) report.exit_code = kExitNotExecutable;
+
+  nlohmann::json counts;
+  for (const auto& v : report.violations) counts[v.surface] = counts.value(v.surface, 0) + 1;
+  emit("run_finished", {{"exit_code", report.exit_code},
+                        {"ending", ending_name(report.outcome.ending)},
+                        {"agent_status", report.outcome.status},
+                        {"duration_ms", static_cast<double>(report.outcome.duration_us) / 1000.0},
+                        {"violations", report.violations.size()},
+                        {"violations_by_surface", counts.is_null() ? nlohmann::json::object() : counts},
+                        {"notifications", report.outcome.notifications},
+                        {"outputs", {{"files", report.outputs.files}, {"bytes", report.outputs.bytes},
+                                     {"skipped", report.outputs.skipped}, {"dir", report.out_dir}}}});
+  if (auto s = sink.flush(); !s && report.error.empty()) report.error = "events: " + s.error().describe();
+  if (!report.error.empty() && report.exit_code == 0) report.exit_code = kExitSetup;
+  return report;
+}
+
+}  // namespace soyaos::supervisor

@@ -1,0 +1,44 @@
+// One run of a pack in a Comet, end to end: manifest -> policy -> launch -> supervise ->
+// collect -> events. Shared by `soyaos run`, `soyaos doctor` and (later) `pack test`.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy/policy.h"
+#include "scope/events.h"
+#include "supervisor/observer.h"
+#include "supervisor/supervisor.h"
+
+namespace soyaos::supervisor {
+
+// Exit statuses of `soyaos run` (SPEC.md C9).
+inline constexpr int kExitViolation = 3;
+inline constexpr int kExitTimeout = 124;
+inline constexpr int kExitSetup = 125;
+inline constexpr int kExitNotExecutable = 126;
+inline constexpr int kExitKilled = 137;
+
+struct RunRequest {
+  std::filesystem::path pack_dir;
+  policy::RunOptions options;
+  std::vector<std::string> event_files;  // --events FILE (append)
+  bool events_to_stdout = false;         // --events -
+};
+
+struct RunReport {
+  int exit_code = kExitSetup;
+  std::string run_id;
+  std::string error;                  // set when exit_code is 125/126 before the agent ran
+  std::vector<Violation> violations;  // in order
+  RunOutcome outcome;
+  CollectReport outputs;
+  std::string out_dir;
+};
+
+// Never throws; every failure is in the report (exit 125 with `error`).
+RunReport run_pack(const RunRequest& request);
+
+}  // namespace soyaos::supervisor

@@ -1,0 +1,198 @@
+#include "supervisor/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace soyaos::supervisor {
+namespace {
+
+enum Tag : uint64_t { kListener = 1, kPidfd, kStdout, kStderr, kTimer, kControl, kSignal };
+
+Status add(int epfd, int fd, Tag tag) {
+  struct epoll_event ev {};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag;
+  if (::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return errno_error("epoll_ctl add");
+  return {};
+}
+
+void remove(int epfd, int fd) { (void)::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr); }
+
+// Relays one chunk of the agent's output; false at EOF.
+bool relay(int from, int to) {
+  char buf[65536];
+  ssize_t n = ::read(from, buf, sizeof buf);
+  if (n < 0) return errno == EINTR || errno == EAGAIN;
+  if (n == 0) return false;
+  ssize_t off = 0;
+  while (off < n) {
+    ssize_t w = ::write(to, buf + off, static_cast<size_t>(n - off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return true;  // our own output is gone (EPIPE): keep draining so the agent is not stuck
+    }
+    off += w;
+  }
+  return true;
+}
+
+int pidfd_kill(int pidfd) {
+  // SAFETY: pidfd_send_signal(2) has no glibc wrapper in Debian 12; signals through the
+  // pidfd cannot hit a recycled pid.
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0));
+}
+
+}  // namespace
+
+Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& policy,
+                             const ViolationCallback& on_violation) {
+  auto start = std::chrono::steady_clock::now();
+  RunOutcome outcome;
+  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll) return errno_error("epoll_create1");
+
+  UniqueFd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!timer) return errno_error("timerfd_create");
+  struct itimerspec its {};
+  its.it_value.tv_sec = static_cast<time_t>(policy.limits.timeout_ms / 1000);
+  its.it_value.tv_nsec = static_cast<long>((policy.limits.timeout_ms % 1000) * 1'000'000);
+  if (::timerfd_settime(timer.get(), 0, &its, nullptr) != 0) return errno_error("timerfd_settime");
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals) return errno_error("signalfd");
+
+  // An optimisation: the kernel wakes us on the agent's CPU. Older kernels lack it.
+  (void)comet::enable_sync_wakeup(comet.listener);
+
+  for (auto [fd, tag] : {std::pair{comet.listener.get(), kListener}, {comet.pidfd.get(), kPidfd},
+                         {comet.stdout_read.get(), kStdout}, {comet.stderr_read.get(), kStderr},
+                         {timer.get(), kTimer}, {comet.control.get(), kControl},
+                         {signals.get(), kSignal}}) {
+    if (auto s = add(epoll.get(), fd, tag); !s) return s.error();
+  }
+
+  Observer observer(policy);
+  ProcAgentView view(comet.listener, comet.pid);
+  bool agent_alive = true, stdout_open = true, stderr_open = true;
+  bool killed_by_us = false;
+  while (agent_alive || stdout_open || stderr_open) {
+    struct epoll_event events[16];
+    int n = ::epoll_wait(epoll.get(), events, 16, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("epoll_wait");
+    }
+    for (int i = 0; i < n; ++i) {
+      switch (events[i].data.u64) {
+        case kListener: {
+          if ((events[i].events & EPOLLIN) == 0) {
+            remove(epoll.get(), comet.listener.get());  // agent gone: EPOLLHUP
+            break;
+          }
+          auto note = comet::receive_notification(comet.listener);
+          if (!note) break;  // ENOENT: the syscall was interrupted before we got it
+          ++outcome.notifications;
+          Decision d = observer.decide(*note, view);
+          if (d.violation) {
+            ++outcome.violations;
+            on_violation(*d.violation);
+          }
+          // Failure to respond means the agent's thread is gone; nothing to do.
+          if (d.deny) {
+            (void)comet::respond_error(comet.listener, note->id, d.err);
+          } else {
+            (void)comet::respond_continue(comet.listener, note->id);
+          }
+          break;
+        }
+        case kStdout:
+          if (!relay(comet.stdout_read.get(), STDOUT_FILENO)) {
+            remove(epoll.get(), comet.stdout_read.get());
+            stdout_open = false;
+          }
+          break;
+        case kStderr:
+          if (!relay(comet.stderr_read.get(), STDERR_FILENO)) {
+            remove(epoll.get(), comet.stderr_read.get());
+            stderr_open = false;
+          }
+          break;
+        case kControl: {
+          // EOF when the runtime's execve succeeded (the socket was close-on-exec);
+          // a message when it failed.
+          comet::ControlHeader h{};
+          ssize_t r = ::recv(comet.control.get(), &h, sizeof h, MSG_DONTWAIT);
+          if (r == static_cast<ssize_t>(sizeof h) && h.kind == comet::kControlExecFailed) {
+            outcome.ending = Ending::exec_failed;
+            outcome.exec_errno = h.err;
+          }
+          if (r <= 0 || outcome.ending == Ending::exec_failed) remove(epoll.get(), comet.control.get());
+          break;
+        }
+        case kTimer:
+          if (agent_alive) {
+            killed_by_us = true;
+            outcome.ending = Ending::timed_out;
+            (void)pidfd_kill(comet.pidfd.get());
+          }
+          remove(epoll.get(), timer.get());
+          break;
+        case kSignal: {
+          struct signalfd_siginfo si {};
+          (void)::read(signals.get(), &si, sizeof si);
+          if (agent_alive) {
+            killed_by_us = true;
+            outcome.ending = Ending::interrupted;
+            outcome.status = static_cast<int>(si.ssi_signo);
+            (void)pidfd_kill(comet.pidfd.get());
+          }
+          break;
+        }
+        case kPidfd: {
+          siginfo_t info {};
+          if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(comet.pidfd.get()), &info,
+                       WEXITED) != 0) {
+            return errno_error("waitid on the agent");
+          }
+          agent_alive = false;
+          remove(epoll.get(), comet.pidfd.get());
+          if (!killed_by_us && outcome.ending != Ending::exec_failed) {
+            if (info.si_code == CLD_EXITED) {
+              outcome.ending = Ending::exited;
+              outcome.status = info.si_status;
+            } else {
+              outcome.ending = Ending::signaled;
+              outcome.status = info.si_status;
+            }
+          }
+          break;
+        }
+        default:
+          break;
+      }
+    }
+  }
+  sigprocmask(SIG_UNBLOCK, &mask, nullptr);
+  outcome.duration_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                   std::chrono::steady_clock::now() - start)
+                                                   .count());
+  return outcome;
+}
+
+}  // namespace soyaos::supervisor
