@@ -145,14 +145,14 @@ RunReport run_pack(const RunRequest& request) {
   report.exit_code = report.violations.empty() ? exit_code_for(report.outcome) : kExitViolation;
   if (report.outcome.ending == Ending::exec_failed) report.exit_code = kExitNotExecutable;
 
-  nlohmann::json counts;
+  nlohmann::json counts = nlohmann::json::object();
   for (const auto& v : report.violations) counts[v.surface] = counts.value(v.surface, 0) + 1;
   emit("run_finished", {{"exit_code", report.exit_code},
                         {"ending", ending_name(report.outcome.ending)},
                         {"agent_status", report.outcome.status},
                         {"duration_ms", static_cast<double>(report.outcome.duration_us) / 1000.0},
                         {"violations", report.violations.size()},
-                        {"violations_by_surface", counts.is_null() ? nlohmann::json::object() : counts},
+                        {"violations_by_surface", counts},
                         {"notifications", report.outcome.notifications},
                         {"outputs", {{"files", report.outputs.files}, {"bytes", report.outputs.bytes},
                                      {"skipped", report.outputs.skipped}, {"dir", report.out_dir}}}});
