@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "comet/landlock.h"
+#include "common/unique_fd.h"
 
 namespace soyaos::comet {
 namespace {
@@ -101,6 +102,9 @@ TEST_F(Landlock, ReadExecUsrReadWriteTmpdir) {
   const std::string file = dir_ + "/f";
   const std::string sub = dir_ + "/sub";
   const std::string out_target = outside_ + "/moved";
+  const std::string outside_file = outside_ + "/src";
+  UniqueFd created(::open(outside_file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  ASSERT_TRUE(created.valid());
   std::string failure = run_in_child([&](int report) {
     Status s = apply_landlock({{"/usr", FsAccess::read_exec}, {dir_, FsAccess::read_write}});
     if (!s) child_fail(report, __LINE__, s.error().describe().c_str(), -1, s.error().err);
@@ -129,7 +133,10 @@ TEST_F(Landlock, ReadExecUsrReadWriteTmpdir) {
     CHILD_EXPECT_ERRNO2(::rename(file.c_str(), out_target.c_str()), EXDEV, EACCES);
     CHILD_EXPECT_ERRNO2(::link(file.c_str(), out_target.c_str()), EXDEV, EACCES);
     CHILD_EXPECT_ERRNO2(::rename(file.c_str(), "/usr/soyaos-landlock-test"), EXDEV, EACCES);
-    CHILD_EXPECT_ERRNO2(::link("/usr/bin/env", (dir_ + "/env").c_str()), EXDEV, EACCES);
+    // ...nor enters it from a tree without rights (a file we own, so protected_hardlinks
+    // does not answer first when running unprivileged).
+    CHILD_EXPECT_ERRNO2(::link(outside_file.c_str(), (dir_ + "/in").c_str()), EXDEV, EACCES);
+    CHILD_EXPECT_ERRNO2(::rename(outside_file.c_str(), (dir_ + "/in").c_str()), EXDEV, EACCES);
     // Executing from the writable tree is not granted (read_write has no execute).
     CHILD_EXPECT_OK(::chmod(file.c_str(), 0700));
     char* const argv[] = {const_cast<char*>("f"), nullptr};
@@ -138,6 +145,8 @@ TEST_F(Landlock, ReadExecUsrReadWriteTmpdir) {
   EXPECT_EQ(failure, "");
   EXPECT_FALSE(std::filesystem::exists(out_target));
   EXPECT_FALSE(std::filesystem::exists("/usr/soyaos-landlock-test"));
+  EXPECT_TRUE(std::filesystem::exists(outside_file));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/in"));
 }
 
 TEST_F(Landlock, FileRulesAndReadOnly) {

@@ -104,7 +104,8 @@ struct Sandboxed {
 using Handler = std::function<void(const UniqueFd&, const Notification&, Sandboxed&)>;
 
 Sandboxed run_sandboxed(const std::function<void(int report)>& body, const Handler& handler,
-                        int child_cpu = -1, int responder_cpu = -1, bool sync_wakeup = false) {
+                        int child_cpu = -1, int responder_cpu = -1, bool sync_wakeup = false,
+                        const std::function<void(int report)>& before_filter = nullptr) {
   program();
   Sandboxed out;
   int sv[2], p[2];
@@ -122,6 +123,7 @@ Sandboxed run_sandboxed(const std::function<void(int report)>& body, const Handl
       CPU_SET(child_cpu, &set);
       ::sched_setaffinity(0, sizeof set, &set);
     }
+    if (before_filter) before_filter(p[1]);
     Result<UniqueFd> listener = install_agent_filter(program());
     if (!listener) child_fail(p[1], __LINE__, "install_agent_filter", -1, listener.error().err);
     send_fd(sv[1], listener->get());
@@ -362,6 +364,149 @@ TEST(SeccompNotify, RoundTripCost) {
   RecordProperty("cross_cpu_ns", std::to_string(cross));
   EXPECT_GT(same, 0);
 }
+
+// The allowlist is sized for the runtimes: each runs its workload under the filter with a
+// supervisor that lets the first execve (the runtime itself) and every path syscall through.
+struct Workload {
+  const char* name;
+  std::vector<std::string> argv;
+  std::string script;  // written to a temporary file appended to argv when not empty
+  const char* expect_stdout;
+  bool new_user_namespace = false;  // unshare(CLONE_NEWUSER) before the filter, like the Comet
+};
+
+std::string run_workload(const Workload& w, Sandboxed* result) {
+  if (::access(w.argv[0].c_str(), X_OK) != 0) return "missing " + w.argv[0];
+  std::vector<std::string> argv = w.argv;
+  std::string script_path;
+  if (!w.script.empty()) {
+    char tmpl[] = "/tmp/soyaos-workload-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    if (fd < 0) return "mkstemp";
+    (void)!::write(fd, w.script.data(), w.script.size());
+    ::close(fd);
+    ::chmod(tmpl, 0644);
+    script_path = tmpl;
+    argv.push_back(script_path);
+  }
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return "pipe";
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), const_cast<char*>("HOME=/tmp"),
+                        const_cast<char*>("LANG=C.UTF-8"), nullptr};
+  int execs = 0;
+  const bool userns = w.new_user_namespace;
+  *result = run_sandboxed(
+      [&](int report) {
+        ::dup2(out[1], 1);
+        ::execve(cargv[0], cargv.data(), envp);
+        child_fail(report, __LINE__, "execve runtime", -1, errno);
+      },
+      [&](const UniqueFd& listener, const Notification& n, Sandboxed& s) {
+        if ((n.nr == __NR_execve || n.nr == __NR_execveat) && execs++ == 0) {
+          s.seen.push_back(n);
+          (void)respond_continue(listener, n.id);
+          return;
+        }
+        answer_like_supervisor(listener, n, s);
+      },
+      -1, -1, false, [userns](int report) {
+        if (userns) CHILD_EXPECT_OK(::unshare(CLONE_NEWUSER));
+      });
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(out[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  if (!script_path.empty()) ::unlink(script_path.c_str());
+  if (text.find(w.expect_stdout) == std::string::npos) {
+    result->failure += " stdout=[" + text + "]";
+  }
+  return "";
+}
+
+// The Comet's agent lives in a child user namespace and may make itself non-dumpable; the
+// supervisor must still read its path arguments (root: CAP_SYS_PTRACE; rootless: owner of
+// the agent's user namespace, which becomes the mm's namespace at exec).
+TEST(SeccompNotify, ReadsPathsFromNonDumpableAgentInUserNamespace) {
+  Workload w{"nondumpable", {"/usr/bin/python3.11", "-I", "-S", "-c",
+             "import ctypes; libc = ctypes.CDLL(None); assert libc.prctl(4, 0, 0, 0, 0) == 0; "
+             "assert libc.prctl(3, 0, 0, 0, 0) == 0; open('/etc/hostname').read(); print('nd-ok')"},
+             "", "nd-ok", true};
+  Sandboxed s;
+  std::string skip = run_workload(w, &s);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  EXPECT_EQ(s.failure, "");
+  ASSERT_FALSE(s.paths.empty());
+  EXPECT_EQ(s.paths.back(), "/etc/hostname");
+  for (const std::string& p : s.paths) EXPECT_EQ(p.find("<error"), std::string::npos) << p;
+}
+
+class RuntimeUnderFilter : public ::testing::TestWithParam<Workload> {};
+
+TEST_P(RuntimeUnderFilter, RunsItsWorkload) {
+  Sandboxed s;
+  std::string skip = run_workload(GetParam(), &s);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  EXPECT_EQ(s.failure, "");
+  // No new process was attempted by any of them.
+  EXPECT_FALSE(saw(s, __NR_fork));
+  EXPECT_FALSE(saw(s, __NR_vfork));
+  EXPECT_FALSE(saw(s, __NR_clone));
+  std::printf("%s: %zu notifications\n", GetParam().name, s.seen.size());
+}
+
+const char kPython[] = R"(
+import json, ssl, socket, urllib.request, threading, asyncio, os, tempfile
+out = []
+t = threading.Thread(target=lambda: out.append(json.dumps({"a": 1})))
+t.start(); t.join()
+async def main():
+    await asyncio.sleep(0.01)
+    return 7
+assert asyncio.run(main()) == 7
+ctx = ssl.create_default_context()
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()
+cli.sendall(b"x"); assert conn.recv(1) == b"x"
+try:
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)
+    raise SystemExit("netlink allowed")
+except OSError:
+    pass
+with tempfile.TemporaryDirectory() as d:
+    with open(os.path.join(d, "f"), "w") as f: f.write("x")
+    os.rename(os.path.join(d, "f"), os.path.join(d, "g"))
+print("python-ok", out[0])
+)";
+
+const char kNode[] = R"(
+const { Worker, isMainThread, parentPort } = require('worker_threads');
+if (isMainThread) {
+  const crypto = require('crypto'); crypto.randomBytes(8);
+  const net = require('net');
+  const w = new Worker(__filename);
+  w.on('message', (m) => {
+    const s = net.createServer((c) => c.end('hi')).listen(0, '127.0.0.1', () => {
+      net.connect(s.address().port, '127.0.0.1').on('data', (d) => {
+        console.log('node-ok', m, d.toString()); s.close(); process.exit(0);
+      });
+    });
+  });
+} else { parentPort.postMessage(42); }
+)";
+
+INSTANTIATE_TEST_SUITE_P(
+    Workloads, RuntimeUnderFilter,
+    ::testing::Values(
+        Workload{"python", {"/usr/bin/python3.11", "-I"}, kPython, "python-ok {\"a\": 1}"},
+        Workload{"node", {"/usr/bin/node"}, kNode, "node-ok 42 hi"},
+        Workload{"native_dynamic", {"/bin/ls", "-la", "/usr"}, "", "bin"},
+        Workload{"native_static", {"/sbin/ldconfig", "-p"}, "", "libc.so.6"}),
+    [](const ::testing::TestParamInfo<Workload>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace soyaos::comet
