@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/*_fuzzer.cc) with clang, ASan and UBSan in
+# ./build-fuzz and runs each for ${FUZZ_SECONDS:-60} seconds on a copy of its seed corpus
+# (fuzz/corpus/NAME/, NAME = the target without "_fuzzer"), so the checked-in corpus is
+# never modified. Exits non-zero as soon as a fuzzer finds a crash, leak, timeout or
+# out-of-memory; the reproducer is left in build-fuzz/artifacts/NAME/.
+#   FUZZ_SECONDS=600 scripts/fuzz.sh            # all fuzzers, 10 minutes each
+#   scripts/fuzz.sh manifest                    # one fuzzer
+#   FUZZ_JOBS=2 scripts/fuzz.sh                 # parallel workers per fuzzer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+SECONDS_PER_FUZZER=${FUZZ_SECONDS:-60}
+JOBS=${FUZZ_JOBS:-1}
+SAN_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOYAOS_FUZZ=ON \
+    -DCMAKE_C_FLAGS="$SAN_FLAGS" -DCMAKE_CXX_FLAGS="$SAN_FLAGS" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+fi
+
+targets=()
+if (($#)); then
+  for name in "$@"; do targets+=("${name%_fuzzer}_fuzzer"); done
+else
+  for src in fuzz/*_fuzzer.cc; do targets+=("$(basename "$src" .cc)"); done
+fi
+ninja -C "$BUILD_DIR" "${targets[@]}"
+
+status=0
+for target in "${targets[@]}"; do
+  name=${target%_fuzzer}
+  work="$BUILD_DIR/fuzz-work/$name"
+  artifacts="$BUILD_DIR/artifacts/$name"
+  rm -rf "$work"
+  mkdir -p "$work" "$artifacts"
+  if [[ -d "fuzz/corpus/$name" ]]; then cp -r "fuzz/corpus/$name/." "$work/"; fi
+  args=(-max_total_time="$SECONDS_PER_FUZZER" -max_len=65536 -timeout=10 -rss_limit_mb=2048
+        -artifact_prefix="$artifacts/" -print_final_stats=1)
+  if [[ -f "fuzz/$name.dict" ]]; then args+=(-dict="fuzz/$name.dict"); fi
+  if ((JOBS > 1)); then args+=(-jobs="$JOBS" -workers="$JOBS"); fi
+  echo "fuzz: $target for ${SECONDS_PER_FUZZER}s (corpus: $work)"
+  if ! UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+      "$BUILD_DIR/fuzz/$target" "${args[@]}" "$work"; then
+    echo "fuzz: $target FAILED; reproducer in $artifacts/" >&2
+    status=1
+  fi
+done
+exit $status
