@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -153,7 +154,7 @@ std::vector<Row> agent_table() {
                         "pwritev", "preadv2", "pwritev2", "lseek", "close", "close_range", "dup",
                         "dup2", "dup3", "fcntl", "flock", "fsync", "fdatasync", "sync_file_range",
                         "ftruncate", "fallocate", "fadvise64", "readahead", "sendfile",
-                        "copy_file_range", "splice", "tee", "fchmod", "fstat", "fstatfs",
+                        "copy_file_range", "splice", "tee", "fstat", "fstatfs",
                         "getdents", "getdents64", "fchdir", "syncfs"}) {
     allow(n, kIo);
   }
@@ -174,9 +175,16 @@ std::vector<Row> agent_table() {
     allow(n, kLookup);
   }
   const char* kMeta = "metadata write on a reachable file; read-only mounts refuse it";
-  for (const char* n : {"chmod", "fchmodat", "utime", "utimes", "futimesat", "utimensat"}) {
+  for (const char* n : {"utime", "utimes", "futimesat", "utimensat"}) {
     allow(n, kMeta);
   }
+  // A setuid/setgid bit on a file in /workdir/out would outlive the sandbox on the host:
+  // mode changes are allowed only without those bits (EPERM otherwise). A freshly created
+  // file's set-id bits are cleared by the kernel on the first write (no CAP_FSETID).
+  const char* kChmod = "mode change without S_ISUID/S_ISGID (C5: no set-id files for the host)";
+  t.push_back({"chmod", kAllow, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
+  t.push_back({"fchmod", kAllow, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
+  t.push_back({"fchmodat", kAllow, {{2, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
   allow("umask", "process file-mode mask");
   // --- ALLOW: polling ---------------------------------------------------------------------
   const char* kPoll = "event loops (asyncio, libuv)";

@@ -315,6 +315,10 @@ TEST(SeccompFilter, RefusedSyscallsReturnEperm) {
     CHILD_EXPECT_ERRNO(::syscall(462 /* mseal */, nullptr, 0, 0), EPERM);
     CHILD_EXPECT_ERRNO(::syscall(__NR_personality, ADDR_NO_RANDOMIZE), EPERM);
     CHILD_EXPECT_ERRNO(::syscall(__NR_prlimit64, 1, RLIMIT_NOFILE, nullptr, nullptr), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fchmod, 0, 04755), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_chmod, "/nonexistent", 02755), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fchmodat, AT_FDCWD, "/nonexistent", 06755, 0), EPERM);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_fchmodat, AT_FDCWD, "/nonexistent", 0755, 0), ENOENT);
     // Allowed neighbours still work.
     CHILD_EXPECT_OK(::syscall(__NR_personality, 0xffffffff));
     CHILD_EXPECT_OK(::syscall(__NR_prlimit64, 0, RLIMIT_NOFILE, nullptr, nullptr));
