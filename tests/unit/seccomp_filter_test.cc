@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -174,6 +175,28 @@ TEST(SeccompFilter, PfcMatchesGolden) {
       << "The agent's seccomp filter changed. If intended, review the diff and regenerate with:\n"
          "  SOYAOS_UPDATE_GOLDEN=1 build-layers/tests/unit_tests --gtest_filter=SeccompFilter.PfcMatchesGolden\n"
          "then update docs/seccomp.md to match.";
+}
+
+TEST(SeccompFilter, DocsListEverySyscallInTheFilter) {
+  Result<std::string> pfc = agent_filter_pfc();
+  ASSERT_TRUE(pfc.ok()) << pfc.error().describe();
+  std::ifstream in(std::string(SOYAOS_SOURCE_DIR) + "/docs/seccomp.md");
+  ASSERT_TRUE(in.good());
+  std::stringstream doc;
+  doc << in.rdbuf();
+  const std::string marker = "filter for syscall \"";
+  for (size_t at = pfc->find(marker); at != std::string::npos; at = pfc->find(marker, at + 1)) {
+    size_t begin = at + marker.size();
+    std::string name = pfc->substr(begin, pfc->find('"', begin) - begin);
+    // Whole-word match: the name bounded by non-identifier characters.
+    bool found = false;
+    const std::string& d = doc.str();
+    for (size_t p = d.find(name); p != std::string::npos && !found; p = d.find(name, p + 1)) {
+      auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+      found = (p == 0 || !ident(d[p - 1])) && (p + name.size() >= d.size() || !ident(d[p + name.size()]));
+    }
+    EXPECT_TRUE(found) << name << " is in the filter but not in docs/seccomp.md";
+  }
 }
 
 TEST(SeccompFilter, ProgramDecisionsForForeignAbis) {
