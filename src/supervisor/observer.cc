@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -166,55 +167,73 @@ std::optional<std::string> ProcAgentView::sandbox_readlink(const std::string& sa
 
 namespace {
 
-// Follows what the kernel would follow, in the sandbox's view: the /dev/fd aliases, the
-// /proc magic links (root, cwd, exe, fd/N: every pid in the sandbox is the agent's), and
-// symlinks in agent-controlled trees. Symlinks inside the runtime layer are the host's
-// own and are not followed (the kernel refuses whatever they lead to outside).
+// Walks the path the way the kernel does, component by component, in the sandbox's view:
+// ".." applies to what has been resolved so far, /proc magic links (root, cwd, exe, fd/N;
+// every pid in the sandbox is the agent's own) and symlinks are followed where they stand.
+// Symlinks inside the runtime layer are the host's own: they are not read (the kernel
+// refuses whatever they lead to that is not in the sandbox), except under /dev and /proc.
 std::string resolve(const Notification& n, AgentView& view, const policy::Policy& policy,
-                    std::string path, bool follow_final, int hops = 0) {
-  path = normalise(path);
-  if (hops > kMaxLinkHops) return path;
-  for (const auto& [alias, fd] : {std::pair{"/dev/stdin", "0"}, {"/dev/stdout", "1"}, {"/dev/stderr", "2"}}) {
-    if (path == alias) return resolve(n, view, policy, std::string("/proc/self/fd/") + fd, follow_final, hops + 1);
-  }
-  if (path_covers("/dev/fd", path)) {
-    return resolve(n, view, policy, "/proc/self/fd" + path.substr(7), follow_final, hops + 1);
-  }
-  auto parts = split(path);
-  if (parts.size() >= 3 && parts[0] == "proc" &&
-      (parts[1] == "self" || parts[1] == "thread-self" || all_digits(parts[1]))) {
-    size_t i = 2;
-    if (parts.size() >= 5 && parts[2] == "task" && all_digits(parts[3])) i = 4;
-    std::optional<std::string> target;
-    size_t rest_from = i + 1;
-    if (parts[i] == "root") {
-      target = "/";
-    } else if (parts[i] == "cwd" || parts[i] == "exe") {
-      target = view.proc_link(n, parts[i]);
-    } else if (parts[i] == "fd" && i + 1 < parts.size() && all_digits(parts[i + 1])) {
-      target = view.proc_link(n, "fd/" + parts[i + 1]);
-      rest_from = i + 2;
+                    const std::string& path, bool follow_final) {
+  std::vector<std::string> resolved;
+  std::vector<std::string> pending = split(path);
+  std::reverse(pending.begin(), pending.end());  // a stack: next component at the back
+  int hops = 0;
+  auto push_target = [&](const std::string& target) {
+    auto parts = split(target);
+    if (!target.empty() && target[0] == '/') resolved.clear();
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) pending.push_back(*it);
+    ++hops;
+  };
+  while (!pending.empty()) {
+    std::string c = pending.back();
+    pending.pop_back();
+    if (c == ".") continue;
+    if (c == "..") {
+      if (!resolved.empty()) resolved.pop_back();
+      continue;
     }
-    if (target) {
+    const bool last = pending.empty();
+    if (hops > kMaxLinkHops) {
+      resolved.push_back(c);
+      continue;
+    }
+    // /proc/<self|thread-self|N>[/task/N]/<magic>
+    bool in_proc_pid = (resolved.size() == 2 || (resolved.size() == 4 && resolved[2] == "task")) &&
+                       resolved[0] == "proc" &&
+                       (resolved[1] == "self" || resolved[1] == "thread-self" || all_digits(resolved[1]));
+    if (in_proc_pid && (c == "root" || c == "cwd" || c == "exe" || (c == "fd" && !last))) {
+      std::optional<std::string> target;
+      if (c == "root") {
+        target = "/";
+      } else if (c == "fd") {
+        std::string num = pending.back();
+        if (!all_digits(num)) {
+          resolved.push_back(c);
+          continue;
+        }
+        pending.pop_back();
+        target = view.proc_link(n, "fd/" + num);
+      } else {
+        target = view.proc_link(n, c);
+      }
+      if (!target) return path;  // the kernel will refuse it too
       if (target->empty() || (*target)[0] != '/') return kAnonymous;
-      return resolve(n, view, policy, *target + join(parts, rest_from), follow_final, hops + 1);
+      push_target(*target);
+      continue;
     }
-    return path;
-  }
-  if (covered_by(policy.fs.runtime, path)) return path;
-  std::string cur;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    std::string candidate = cur + "/" + parts[i];
-    bool last = i + 1 == parts.size();
-    if (!last || follow_final) {
+    std::string candidate = join(resolved, 0) + "/" + c;
+    bool trusted = covered_by(policy.fs.runtime, candidate) && !path_covers("/dev", candidate) &&
+                   !path_covers("/proc", candidate);
+    if (!trusted && (!last || follow_final)) {
       if (auto link = view.sandbox_readlink(candidate)) {
-        std::string base = (!link->empty() && (*link)[0] == '/') ? *link : cur + "/" + *link;
-        return resolve(n, view, policy, base + join(parts, i + 1), follow_final, hops + 1);
+        push_target(*link);
+        continue;
       }
     }
-    cur = candidate;
+    resolved.push_back(c);
   }
-  return path;
+  std::string out = join(resolved, 0);
+  return out.empty() ? "/" : out;
 }
 
 bool readable(const policy::Policy& p, const std::string& path) {

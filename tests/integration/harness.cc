@@ -39,7 +39,28 @@ void drain(int out_fd, int err_fd, std::string& out, std::string& err) {
   }
 }
 
+// A world-readable copy of the binary for rootless runs (the build tree may sit under a
+// directory nobody cannot traverse).
+std::string rootless_binary() {
+  static std::string path = [] {
+    std::string dir = "/tmp/soyaos-rootless-bin";
+    std::filesystem::create_directories(dir);
+    std::filesystem::permissions(dir, std::filesystem::perms(0755));
+    std::string bin = dir + "/soyaos";
+    std::filesystem::copy_file(SOYAOS_BIN, bin + ".tmp", std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::permissions(bin + ".tmp", std::filesystem::perms(0755));
+    std::filesystem::rename(bin + ".tmp", bin);
+    return bin;
+  }();
+  return path;
+}
+
 }  // namespace
+
+bool rootless_mode() {
+  const char* v = std::getenv("SOYAOS_TEST_ROOTLESS");
+  return v != nullptr && std::string(v) == "1";
+}
 
 RunOutput run_soyaos(const std::vector<std::string>& args,
                      const std::map<std::string, std::string>& env,
@@ -59,7 +80,13 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> argv_strings{SOYAOS_BIN};
+  std::vector<std::string> argv_strings;
+  if (rootless_mode()) {
+    argv_strings = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                    rootless_binary()};
+  } else {
+    argv_strings = {SOYAOS_BIN};
+  }
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : argv_strings) argv.push_back(s.data());
@@ -96,6 +123,7 @@ TempDir::TempDir() {
   std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/soyaos-test-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
+  std::filesystem::permissions(path_, std::filesystem::perms::all);
 }
 
 TempDir::~TempDir() {
@@ -108,6 +136,14 @@ void TempDir::write(const std::string& relative, const std::string& content) con
   std::filesystem::create_directories(p.parent_path());
   std::ofstream f(p, std::ios::binary);
   f << content;
+}
+
+std::filesystem::path TempDir::copy_from_source(const std::string& source_relative,
+                                                const std::string& relative) const {
+  auto dst = path_ / relative;
+  std::filesystem::create_directories(dst.parent_path());
+  std::filesystem::copy(source_path(source_relative), dst, std::filesystem::copy_options::recursive);
+  return dst;
 }
 
 std::string read_file(const std::filesystem::path& path) {

@@ -20,10 +20,16 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
                      const std::map<std::string, std::string>& env = {},
                      const std::filesystem::path& cwd = {});
 
+// True when the suite runs soyaos as an unprivileged user (SOYAOS_TEST_ROOTLESS=1, set by
+// ctest for the `rootless.` copies of the tests): run_soyaos then drops to nobody with
+// setpriv, using a world-readable copy of the binary.
+bool rootless_mode();
+
 // Absolute path of a file in the source tree ("examples/hello").
 std::filesystem::path source_path(const std::string& relative);
 
-// A fresh directory under $TMPDIR, removed when the object dies.
+// A fresh directory under $TMPDIR, removed when the object dies. World-accessible
+// (mode 0777) so that a rootless soyaos can read packs from it and write results to it.
 class TempDir {
  public:
   TempDir();
@@ -33,6 +39,9 @@ class TempDir {
   [[nodiscard]] const std::filesystem::path& path() const { return path_; }
   // Writes `content` to path()/relative, creating parent directories.
   void write(const std::string& relative, const std::string& content) const;
+  // Copies a source-tree directory (a fixture pack) to path()/relative.
+  std::filesystem::path copy_from_source(const std::string& source_relative,
+                                         const std::string& relative) const;
 
  private:
   std::filesystem::path path_;

@@ -1,0 +1,345 @@
+// The Comet end to end: the real soyaos binary runs the probe pack (tests/fixtures/probe)
+// in a real sandbox. Each denial checks the three things SPEC.md C8 promises: the errno
+// the agent saw, the capability_violation event, and exit status 3. Each allowed
+// counterpart checks that it works, so the suite cannot pass by denying everything.
+// ctest runs every test twice: as root and (prefix `rootless.`) as nobody.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "harness.h"
+
+namespace soyaos::testing {
+namespace {
+
+using nlohmann::json;
+
+struct ProbeRun {
+  RunOutput output;
+  std::vector<json> events;
+  std::string result;  // the probe's "RESULT ..." line, without the prefix
+
+  std::vector<json> of_type(const std::string& type) const {
+    std::vector<json> out;
+    for (const auto& e : events) {
+      if (e.value("type", "") == type) out.push_back(e);
+    }
+    return out;
+  }
+};
+
+class CometTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (rootless_mode() && ::geteuid() != 0) GTEST_SKIP() << "rootless variant needs root to drop to nobody";
+    pack_ = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  }
+
+  // Writes a manifest variant of the probe pack (same probe.py).
+  void set_manifest(const std::string& yaml) { dir_.write("pack/soyapack.yaml", yaml); }
+
+  ProbeRun probe(const std::vector<std::string>& action, std::vector<std::string> extra = {}) {
+    auto events = dir_.path() / "events.jsonl";
+    std::filesystem::remove(events);
+    std::vector<std::string> args = {"run", pack_.string(), "--out", (dir_.path() / "out").string(),
+                                     "--events", events.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.emplace_back("--");
+    args.insert(args.end(), action.begin(), action.end());
+    ProbeRun run;
+    run.output = run_soyaos(args, {{"SOYAOS_TEST_SECRET", "operator-secret"}}, dir_.path());
+    std::istringstream lines(read_file(events));
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) run.events.push_back(json::parse(line));
+    }
+    auto pos = run.output.out.find("RESULT ");
+    if (pos != std::string::npos) {
+      auto end = run.output.out.find('\n', pos);
+      run.result = run.output.out.substr(pos + 7, end - pos - 7);
+    }
+    return run;
+  }
+
+  // A denial: errno seen, one violation event with these fields, exit 3.
+  void expect_violation(const ProbeRun& run, const std::string& errno_name, const std::string& surface,
+                        const std::string& resource, const std::string& access = "") {
+    EXPECT_EQ(run.result, "errno=" + errno_name) << run.output.out << run.output.err;
+    EXPECT_EQ(run.output.exit_code, 3) << run.output.err;
+    auto violations = run.of_type("capability_violation");
+    ASSERT_FALSE(violations.empty()) << run.output.err;
+    const auto& d = violations.front()["data"];
+    EXPECT_EQ(d["surface"], surface);
+    EXPECT_EQ(d["resource"], resource);
+    EXPECT_EQ(d["errno"], errno_name);
+    if (!access.empty()) {
+      EXPECT_EQ(d["access"], access);
+    }
+    EXPECT_TRUE(d.contains("manifest_entry"));
+    EXPECT_TRUE(d.contains("syscall"));
+    EXPECT_EQ(d["pack"], "comet-probe");
+    const auto& e = violations.front();
+    EXPECT_EQ(e["specversion"], "1.0");
+    EXPECT_EQ(e["subject"], "comet-probe@0.1.0");
+    EXPECT_NE(run.output.err.find("capability violation"), std::string::npos);
+  }
+
+  // An allowed action: works, no violation, exit 0.
+  void expect_allowed(const ProbeRun& run, const std::string& result_prefix = "ok") {
+    EXPECT_EQ(run.result.rfind(result_prefix, 0), 0U) << run.result << "\n" << run.output.err;
+    EXPECT_EQ(run.output.exit_code, 0) << run.output.err;
+    EXPECT_TRUE(run.of_type("capability_violation").empty()) << run.output.err;
+  }
+
+  TempDir dir_;
+  std::filesystem::path pack_;
+};
+
+// ---- filesystem -------------------------------------------------------------------------
+
+TEST_F(CometTest, ReadingEtcShadowIsEnoent) {
+  expect_violation(probe({"read", "/etc/shadow"}), "ENOENT", "fs", "/etc/shadow", "read");
+}
+
+TEST_F(CometTest, ReadingTheOperatorsHomeIsEnoent) {
+  expect_violation(probe({"read", "/root/.bashrc"}), "ENOENT", "fs", "/root/.bashrc", "read");
+}
+
+TEST_F(CometTest, ProcOneRootLeadsBackIntoTheSandbox) {
+  expect_violation(probe({"read", "/proc/1/root/etc/shadow"}), "ENOENT", "fs", "/etc/shadow", "read");
+}
+
+TEST_F(CometTest, ProcSelfCwdDotDotStaysInside) {
+  expect_violation(probe({"read", "/proc/self/cwd/../../etc/shadow"}), "ENOENT", "fs", "/etc/shadow", "read");
+}
+
+TEST_F(CometTest, ReadingThePackWorks) {
+  expect_allowed(probe({"read", "/workdir/probe.py"}));
+}
+
+TEST_F(CometTest, ReadingTheRuntimeLayerWorks) {
+  expect_allowed(probe({"read", "/usr/lib/python3.11/json/__init__.py"}));
+}
+
+TEST_F(CometTest, WritingTheWorkdirIsEacces) {
+  auto run = probe({"write", "/workdir/x"});
+  expect_violation(run, "EACCES", "fs", "/workdir/x", "write");
+  // The closest entry: /workdir is readable, not writable.
+  EXPECT_EQ(run.of_type("capability_violation").front()["data"]["manifest_entry"], "capabilities.fs.read[0]");
+}
+
+TEST_F(CometTest, WritingEtcIsEaccesNotErofs) {
+  expect_violation(probe({"write", "/etc/passwd"}), "EACCES", "fs", "/etc/passwd", "write");
+}
+
+TEST_F(CometTest, WritingUndeclaredTmpIsEacces) {
+  expect_violation(probe({"write", "/tmp/x"}), "EACCES", "fs", "/tmp/x", "write");
+}
+
+TEST_F(CometTest, PrefixesAreWholeComponents) {
+  expect_violation(probe({"write", "/workdir/outbox"}), "EACCES", "fs", "/workdir/outbox", "write");
+}
+
+TEST_F(CometTest, MkdirOutsideWriteIsEacces) {
+  expect_violation(probe({"mkdir", "/workdir/newdir"}), "EACCES", "fs", "/workdir/newdir", "write");
+}
+
+TEST_F(CometTest, WritingOutIsCollected) {
+  expect_allowed(probe({"write", "/workdir/out/result.txt"}));
+  EXPECT_EQ(read_file(dir_.path() / "out" / "result.txt"), "x");
+}
+
+TEST_F(CometTest, SymlinkInThePackToAHostFileIsEnoent) {
+  std::filesystem::create_symlink("/etc/hostname", pack_ / "leak");
+  expect_violation(probe({"read", "/workdir/leak"}), "ENOENT", "fs", "/etc/hostname", "read");
+}
+
+TEST_F(CometTest, SymlinkPlantedInOutIsNotFollowedByCollection) {
+  // The agent cannot create a symlink to the host; what it leaves is copied as nothing.
+  auto run = probe({"write", "/workdir/out/ok"});
+  expect_allowed(run);
+  EXPECT_FALSE(std::filesystem::is_symlink(dir_.path() / "out" / "ok"));
+}
+
+TEST_F(CometTest, WriteQuotaGivesEnospc) {
+  auto run = probe({"fill", "/workdir/out/big", "2097152"});  // quota is 1Mi
+  EXPECT_EQ(run.result, "errno=ENOSPC");
+  EXPECT_EQ(run.output.exit_code, 0);
+  // Nothing beyond the quota reaches the host.
+  std::error_code ec;
+  auto size = std::filesystem::file_size(dir_.path() / "out" / "big", ec);
+  if (!ec) {
+    EXPECT_LE(size, 1u << 20);
+  }
+}
+
+// ---- exec and processes -----------------------------------------------------------------
+
+TEST_F(CometTest, ForkIsEperm) {
+  auto run = probe({"fork"});
+  expect_violation(run, "EPERM", "exec", "process");
+}
+
+TEST_F(CometTest, SubprocessIsEperm) {
+  expect_violation(probe({"subprocess"}), "EPERM", "exec", "process");
+}
+
+TEST_F(CometTest, ExecOfAnotherProgramIsEacces) {
+  expect_violation(probe({"exec", "/usr/bin/true"}), "EACCES", "exec", "/usr/bin/true");
+}
+
+TEST_F(CometTest, LdSoAsAProgramIsEacces) {
+  expect_violation(probe({"exec", "/lib64/ld-linux-x86-64.so.2", "/usr/bin/true"}), "EACCES", "exec",
+                   "/lib64/ld-linux-x86-64.so.2");
+}
+
+TEST_F(CometTest, MemfdExecIsEacces) {
+  auto run = probe({"memfd_exec"});
+  EXPECT_EQ(run.result, "errno=EACCES");
+  EXPECT_EQ(run.output.exit_code, 3);
+  ASSERT_FALSE(run.of_type("capability_violation").empty());
+  EXPECT_EQ(run.of_type("capability_violation").front()["data"]["surface"], "exec");
+}
+
+TEST_F(CometTest, ThreadsWork) { expect_allowed(probe({"threads"}), "ok 4"); }
+
+// ---- time and randomness ----------------------------------------------------------------
+
+TEST_F(CometTest, SettingTheClockIsEperm) {
+  expect_violation(probe({"clock_settime"}), "EPERM", "time", "clock:CLOCK_REALTIME");
+}
+
+TEST_F(CometTest, ReadingClocksWorks) { expect_allowed(probe({"clock_gettime"}), "ok 1"); }
+
+TEST_F(CometTest, RandomnessWorks) { expect_allowed(probe({"urandom"}), "ok 32"); }
+
+// ---- isolation beyond the manifest --------------------------------------------------------
+
+TEST_F(CometTest, NoCapabilitiesNoNewPrivsSeccompFiltered) {
+  expect_allowed(probe({"status"}),
+                 "ok CapEff=0000000000000000 CapPrm=0000000000000000 CapBnd=0000000000000000 "
+                 "CapInh=0000000000000000 CapAmb=0000000000000000 NoNewPrivs=1 Seccomp=2");
+}
+
+TEST_F(CometTest, NoSupervisorFdLeaksIn) {
+  // 0-2 and the fd listdir itself holds open.
+  expect_allowed(probe({"fds"}), "ok 0,1,2,3");
+}
+
+TEST_F(CometTest, ProcShowsOnlyTheSandbox) { expect_allowed(probe({"listdir", "/proc"}), "ok 1,self,thread-self"); }
+
+TEST_F(CometTest, EnvironmentIsScrubbed) {
+  auto run = probe({"env"});
+  expect_allowed(run, "ok HOME,LANG,PATH,TZ");
+  EXPECT_EQ(run.output.out.find("operator-secret"), std::string::npos);
+}
+
+TEST_F(CometTest, OwnHostname) { expect_allowed(probe({"hostname"}), "ok comet"); }
+
+TEST_F(CometTest, KillAllCannotTouchHostProcesses) {
+  pid_t sleeper = ::fork();
+  if (sleeper == 0) {
+    ::execl("/bin/sleep", "sleep", "30", nullptr);
+    ::_exit(127);
+  }
+  auto run = probe({"kill_all"});
+  EXPECT_EQ(::kill(sleeper, 0), 0) << "a host process was killed from inside the sandbox";
+  ::kill(sleeper, SIGKILL);
+  ::waitpid(sleeper, nullptr, 0);
+  EXPECT_NE(run.output.exit_code, 125);
+}
+
+TEST_F(CometTest, DangerousSyscallsAreEperm) {
+  for (const char* sc : {"ptrace", "mount", "bpf", "keyctl", "perf_event_open", "userfaultfd", "unshare",
+                         "setns", "open_by_handle_at"}) {
+    auto run = probe({"syscall", sc, "0", "0", "0", "0"});
+    EXPECT_EQ(run.result, "errno=EPERM") << sc << ": " << run.output.err;
+  }
+}
+
+TEST_F(CometTest, IoUringIsRefused) {
+  auto run = probe({"syscall", "io_uring_setup", "1", "0"});
+  EXPECT_EQ(run.result.rfind("errno=", 0), 0U) << run.result;
+}
+
+TEST_F(CometTest, PersonalityChangeIsRefused) {
+  auto run = probe({"syscall", "personality", "0x0040000"});  // ADDR_NO_RANDOMIZE
+  EXPECT_EQ(run.result, "errno=EPERM") << run.result;
+}
+
+// ---- limits and exit codes ----------------------------------------------------------------
+
+TEST_F(CometTest, WallClockTimeoutIs124) {
+  set_manifest(R"(soyapack: v0
+name: comet-probe
+version: 0.1.0
+agent: {runtime: python3, entrypoint: probe.py}
+capabilities:
+  egress: []
+  fs: {read: [/workdir], write: [/workdir/out]}
+  determinism_tier: read-only
+resources: {timeout: 1s}
+)");
+  auto start = std::chrono::steady_clock::now();
+  auto run = probe({"sleep", "30"});
+  EXPECT_EQ(run.output.exit_code, 124) << run.output.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(CometTest, AgentStatusIsTheRunsStatus) {
+  EXPECT_EQ(probe({"exit", "7"}).output.exit_code, 7);
+}
+
+TEST_F(CometTest, EventsAreRunStartedViolationRunFinished) {
+  auto run = probe({"read", "/etc/shadow"});
+  ASSERT_GE(run.events.size(), 3u);
+  EXPECT_EQ(run.events.front()["type"], "run_started");
+  EXPECT_EQ(run.events.back()["type"], "run_finished");
+  EXPECT_EQ(run.events.back()["data"]["exit_code"], 3);
+  EXPECT_EQ(run.events.back()["data"]["violations"], 1);
+  for (const auto& e : run.events) {
+    for (const char* field : {"specversion", "id", "source", "type", "time", "subject", "datacontenttype", "data"}) {
+      EXPECT_TRUE(e.contains(field)) << field;
+    }
+    EXPECT_EQ(e["data"]["run_id"], run.events.front()["data"]["run_id"]);
+  }
+}
+
+// ---- fail closed ------------------------------------------------------------------------
+
+TEST_F(CometTest, PackDeclaringEgressIsRefusedUntilTheGatewayExists) {
+  set_manifest(R"(soyapack: v0
+name: comet-probe
+version: 0.1.0
+agent: {runtime: python3, entrypoint: probe.py}
+tools:
+  fetch: {kind: builtin.http_get, url: "https://example.com/"}
+capabilities:
+  egress: [{host: example.com, port: 443, protocol: https}]
+  fs: {read: [/workdir], write: [/workdir/out]}
+  determinism_tier: read-only
+)");
+  auto run = probe({"exit", "0"});
+  EXPECT_EQ(run.output.exit_code, 125);
+  EXPECT_NE(run.output.err.find("egress"), std::string::npos) << run.output.err;
+}
+
+TEST_F(CometTest, MountAtUndeclaredPathIsRefused) {
+  auto run = probe({"exit", "0"}, {"--mount", dir_.path().string() + ":/data:ro"});
+  EXPECT_EQ(run.output.exit_code, 125);
+  EXPECT_NE(run.output.err.find("not declared"), std::string::npos) << run.output.err;
+}
+
+TEST_F(CometTest, InvalidManifestIsRefused) {
+  set_manifest("soyapack: v0\nname: BAD\n");
+  auto run = probe({"exit", "0"});
+  EXPECT_EQ(run.output.exit_code, 125);
+  EXPECT_NE(run.output.err.find("soyapack.yaml:"), std::string::npos) << run.output.err;
+}
+
+}  // namespace
+}  // namespace soyaos::testing
