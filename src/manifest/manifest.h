@@ -161,4 +161,8 @@ bool path_covers(const std::string& prefix, const std::string& path);
 // Host matching (M2): exact (case-insensitive) or "*.suffix" matching names strictly below.
 bool host_matches(const std::string& pattern, const std::string& host);
 
+// M3: whether a tool has a side effect (http_post/put/patch/delete, fs_write outside
+// /workdir/out, custom with side_effect: true). Read-only packs may not have one (M6).
+bool tool_has_side_effect(const Tool& tool);
+
 }  // namespace soyaos::manifest

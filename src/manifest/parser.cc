@@ -221,19 +221,6 @@ bool is_http_kind(ToolKind k) {
 }
 bool is_fs_kind(ToolKind k) { return k == ToolKind::fs_read || k == ToolKind::fs_write; }
 
-// M3: whether a tool has side effects.
-bool has_side_effect(const Tool& t) {
-  switch (t.kind) {
-    case ToolKind::http_post:
-    case ToolKind::http_put:
-    case ToolKind::http_patch:
-    case ToolKind::http_delete: return true;
-    case ToolKind::fs_write: return !path_covers("/workdir/out", t.path);
-    case ToolKind::custom: return t.side_effect.value_or(false);
-    default: return false;
-  }
-}
-
 class ManifestParser {
  public:
   ManifestParser(const std::string& file, std::vector<Diagnostic>& errors) : w_(file, errors) {}
@@ -674,7 +661,7 @@ class ManifestParser {
     }
     if (c.tier != Tier::read_only) return;
     for (const Tool& t : m.tools) {
-      if (!has_side_effect(t)) continue;
+      if (!tool_has_side_effect(t)) continue;
       std::string what = to_string(t.kind);
       if (t.kind == ToolKind::fs_write) what += " outside /workdir/out";
       if (t.kind == ToolKind::custom) what += " with side_effect: true";
@@ -690,6 +677,21 @@ class ManifestParser {
 };
 
 }  // namespace
+
+bool tool_has_side_effect(const Tool& t) {
+  switch (t.kind) {
+    case ToolKind::http_post:
+    case ToolKind::http_put:
+    case ToolKind::http_patch:
+    case ToolKind::http_delete: return true;
+    case ToolKind::fs_write: return !path_covers("/workdir/out", t.path);
+    case ToolKind::custom: return t.side_effect.value_or(false);
+    case ToolKind::http_get:
+    case ToolKind::llm:
+    case ToolKind::fs_read: return false;
+  }
+  return false;
+}
 
 LoadResult parse_manifest(std::string_view text, const std::string& file) {
   LoadResult result;

@@ -281,7 +281,12 @@ YamlParse parse_yaml(std::string_view text, const std::string& file) {
   } catch (const Refused& r) {
     out.errors.push_back(Diagnostic{file, r.mark, "", r.message});
   } catch (const YAML::Exception& e) {
-    out.errors.push_back(Diagnostic{file, to_mark(e.mark), "", "invalid YAML: " + e.msg});
+    std::string msg = "invalid YAML: " + e.msg;
+    // An unquoted "*.example.com" or "*" is YAML alias syntax; say so.
+    if (e.msg.find("anchor is not defined") != std::string::npos || e.msg.find("alias not found") != std::string::npos) {
+      msg += " (a value starting with '*' must be quoted: host: \"*.example.com\", egress: \"*\")";
+    }
+    out.errors.push_back(Diagnostic{file, to_mark(e.mark), "", std::move(msg)});
   } catch (const std::bad_alloc&) {
     out.errors.push_back(Diagnostic{file, {}, "", "out of memory while parsing YAML"});
   } catch (const std::exception& e) {

@@ -49,6 +49,8 @@ TEST(ManifestAdversarial, AliasAloneIsRefused) {
   // yaml-cpp itself refuses an alias to an undefined anchor; a defined one is refused
   // at its anchor.
   EXPECT_TRUE(RefusedWith("name: *x\n", "anchor", {1, 7}));
+  EXPECT_TRUE(RefusedWith(with("host: api.example.com", "host: *.example.com"), "must be quoted", {13, 13}));
+  EXPECT_TRUE(RefusedWith("egress: *\n", "must be quoted"));
 }
 
 TEST(ManifestAdversarial, AnchorOnAnyNodeIsRefused) {

@@ -550,3 +550,31 @@ TEST(ManifestExamples, Fields) {
 
 }  // namespace
 }  // namespace soyaos::manifest::testing
+
+namespace soyaos::manifest::testing {
+namespace {
+
+TEST(ManifestM3, ToolHasSideEffect) {
+  auto tool = [](ToolKind k, std::string path = "", std::optional<bool> side = std::nullopt) {
+    Tool t;
+    t.kind = k;
+    t.path = std::move(path);
+    t.side_effect = side;
+    return t;
+  };
+  EXPECT_FALSE(tool_has_side_effect(tool(ToolKind::http_get)));
+  EXPECT_FALSE(tool_has_side_effect(tool(ToolKind::llm)));
+  EXPECT_FALSE(tool_has_side_effect(tool(ToolKind::fs_read, "/etc")));
+  for (ToolKind k : {ToolKind::http_post, ToolKind::http_put, ToolKind::http_patch, ToolKind::http_delete}) {
+    EXPECT_TRUE(tool_has_side_effect(tool(k))) << to_string(k);
+  }
+  EXPECT_FALSE(tool_has_side_effect(tool(ToolKind::fs_write, "/workdir/out")));
+  EXPECT_FALSE(tool_has_side_effect(tool(ToolKind::fs_write, "/workdir/out/a/b")));
+  EXPECT_TRUE(tool_has_side_effect(tool(ToolKind::fs_write, "/workdir/outbox")));
+  EXPECT_TRUE(tool_has_side_effect(tool(ToolKind::fs_write, "/tmp/x")));
+  EXPECT_TRUE(tool_has_side_effect(tool(ToolKind::custom, "", true)));
+  EXPECT_FALSE(tool_has_side_effect(tool(ToolKind::custom, "", false)));
+}
+
+}  // namespace
+}  // namespace soyaos::manifest::testing
