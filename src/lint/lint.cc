@@ -122,6 +122,48 @@ struct Pool {
 };
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// A multimap from a key to entry indices: one hash node per distinct key, the entries
+// sharing it chained through `next` (no vector per key), lookups by string_view.
+class Index {
+ public:
+  explicit Index(std::size_t entries = 0) : next_(entries, npos) { heads_.reserve(entries); }
+  void add(std::string key, std::size_t i) {
+    auto [it, inserted] = heads_.try_emplace(std::move(key), i);
+    if (!inserted) {
+      next_[i] = it->second;
+      it->second = i;
+    }
+  }
+  [[nodiscard]] bool empty() const { return heads_.empty(); }
+  // Calls f(i) for every entry under `key`.
+  template <typename F>
+  void for_each(std::string_view key, F&& f) const {
+    auto it = heads_.find(key);
+    if (it == heads_.end()) return;
+    for (std::size_t i = it->second; i != npos; i = next_[i]) f(i);
+  }
+
+ private:
+  std::unordered_map<std::string, std::size_t, StringHash, std::equal_to<>> heads_;
+  std::vector<std::size_t> next_;
+};
+
+// index_key() into a reused buffer: no allocation per lookup.
+std::string_view make_key(std::string& buf, std::string_view host, uint16_t port, Protocol p) {
+  buf.clear();
+  buf.append(host);
+  buf.push_back('\0');
+  buf.append(std::to_string(port));
+  buf.push_back('\0');
+  buf.push_back(static_cast<char>('0' + static_cast<int>(p)));
+  return buf;
+}
+
 class Linter {
  public:
   Linter(const Manifest& m, const LintOptions& o) : m_(m), o_(o) {}
@@ -168,38 +210,41 @@ class Linter {
 
   void index_entries() {
     const auto& caps = m_.capabilities;
+    exact_ = Index(caps.egress.size());
+    wildcard_ = Index(caps.egress.size());
     for (std::size_t i = 0; i < caps.egress.size(); ++i) {
       const EgressEntry& e = caps.egress[i];
       std::string host = lower(e.host);
       if (e.protocol == Protocol::moon_proxy) {
         proxies_.push_back(i);
       } else if (host.size() > 2 && host.compare(0, 2, "*.") == 0) {
-        wildcard_[index_key(std::string_view(host).substr(2), e.port, e.protocol)].push_back(i);
+        wildcard_.add(index_key(std::string_view(host).substr(2), e.port, e.protocol), i);
       } else {
-        exact_[index_key(host, e.port, e.protocol)].push_back(i);
+        exact_.add(index_key(host, e.port, e.protocol), i);
       }
     }
-    for (std::size_t i = 0; i < caps.fs_read.size(); ++i) read_index_[caps.fs_read[i].path].push_back(i);
-    for (std::size_t i = 0; i < caps.fs_write.size(); ++i) write_index_[caps.fs_write[i].path].push_back(i);
+    read_index_ = Index(caps.fs_read.size());
+    write_index_ = Index(caps.fs_write.size());
+    for (std::size_t i = 0; i < caps.fs_read.size(); ++i) read_index_.add(caps.fs_read[i].path, i);
+    for (std::size_t i = 0; i < caps.fs_write.size(); ++i) write_index_.add(caps.fs_write[i].path, i);
   }
 
   // Indices of the egress entries allowing `t`, confirmed with host_matches.
-  void match_egress(const manifest::ToolTarget& t, std::vector<std::size_t>& found) const {
+  void match_egress(const manifest::ToolTarget& t, std::vector<std::size_t>& found) {
     const auto& egress = m_.capabilities.egress;
     std::string host = lower(t.host);
-    auto confirm = [&](const std::vector<std::size_t>& cands) {
-      for (std::size_t i : cands) {
-        if (egress[i].port == t.port && egress[i].protocol == t.protocol &&
-            manifest::host_matches(egress[i].host, t.host)) {
-          found.push_back(i);
-        }
+    auto confirm = [&](std::size_t i) {
+      if (egress[i].port == t.port && egress[i].protocol == t.protocol &&
+          manifest::host_matches(egress[i].host, t.host)) {
+        found.push_back(i);
       }
     };
-    if (auto it = exact_.find(index_key(host, t.port, t.protocol)); it != exact_.end()) confirm(it->second);
+    exact_.for_each(make_key(key_buf_, host, t.port, t.protocol), confirm);
     // "*.suffix" matches names strictly below suffix: try every proper suffix of host.
-    for (std::size_t dot = host.find('.'); dot != std::string::npos; dot = host.find('.', dot + 1)) {
-      auto it = wildcard_.find(index_key(std::string_view(host).substr(dot + 1), t.port, t.protocol));
-      if (it != wildcard_.end()) confirm(it->second);
+    if (!wildcard_.empty()) {
+      for (std::size_t dot = host.find('.'); dot != std::string::npos; dot = host.find('.', dot + 1)) {
+        wildcard_.for_each(make_key(key_buf_, std::string_view(host).substr(dot + 1), t.port, t.protocol), confirm);
+      }
     }
     // Through the Moon's HTTP proxy (C7), whose allowlist is the operator's: any http(s)
     // destination may be reachable, lint cannot tell more.
@@ -209,17 +254,14 @@ class Linter {
   }
 
   // Indices of the prefixes in `list` covering `path`: walk its ancestors.
-  static void match_fs(const std::vector<FsPath>& list,
-                       const std::unordered_map<std::string, std::vector<std::size_t>>& index,
-                       const std::string& path, std::vector<std::size_t>& found) {
+  static void match_fs(const std::vector<FsPath>& list, const Index& index, const std::string& path,
+                       std::vector<std::size_t>& found) {
     if (index.empty() || path.empty()) return;
     std::string_view p = path;
     while (true) {
-      if (auto it = index.find(std::string(p)); it != index.end()) {
-        for (std::size_t i : it->second) {
-          if (manifest::path_covers(list[i].path, path)) found.push_back(i);
-        }
-      }
+      index.for_each(p, [&](std::size_t i) {
+        if (manifest::path_covers(list[i].path, path)) found.push_back(i);
+      });
       if (p.size() <= 1) break;
       std::size_t slash = p.rfind('/');
       if (slash == std::string_view::npos) break;
@@ -481,9 +523,10 @@ class Linter {
   const LintOptions& o_;
   std::vector<Finding> out_;
 
-  std::unordered_map<std::string, std::vector<std::size_t>> exact_, wildcard_;
+  Index exact_, wildcard_;  // egress entries by (host, port, protocol); wildcards by suffix
   std::vector<std::size_t> proxies_;
-  std::unordered_map<std::string, std::vector<std::size_t>> read_index_, write_index_;
+  Index read_index_, write_index_;  // fs prefixes by path
+  std::string key_buf_;
 
   std::vector<char> egress_used_, egress_paired_, read_used_, read_paired_, write_used_, write_paired_;
   std::vector<std::vector<std::size_t>> tool_egress_, tool_read_, tool_write_;
