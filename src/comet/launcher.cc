@@ -202,7 +202,12 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   // supervisor is single-threaded here, so the child's copy of memory is consistent.
   long pid = ::syscall(SYS_clone3, &args, sizeof args);
   if (pid < 0) {
-    return errno_error("create namespaces (user, mount, pid, ipc, uts, net, cgroup)");
+    int err = errno;
+    const char* why = err == ENOSPC ? " (user namespace limit reached: /proc/sys/user/max_user_namespaces)"
+                      : err == EPERM ? " (unprivileged user namespaces are disabled on this host)"
+                                     : "";
+    return make_error(std::string("namespaces: cannot create user, mount, pid, ipc, uts, net and cgroup "
+                                  "namespaces") + why, err);
   }
   if (pid == 0) {
     parent_sock.reset();

@@ -27,6 +27,9 @@ const char* const kEtcHostPaths[] = {"/etc/ssl", "/etc/ld.so.cache"};
 // Debian's python3 reaches /etc/python3.X/sitecustomize.py through a symlink in /usr/lib.
 const char* const kPythonEtcPaths[] = {"/etc/python3.11"};
 
+// libuv reads cgroup memory limits at start; module resolution walks up from /workdir.
+const char* const kNodeProbes[] = {"/sys/fs/cgroup", "/package.json", "/node_modules"};
+
 bool exists_no_follow(const std::string& path, struct stat* st) {
   return ::lstat(path.c_str(), st) == 0;
 }
@@ -162,6 +165,11 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   for (const char* path : kEtcHostPaths) add_runtime_path(p, path);
   if (m.agent.runtime == Runtime::python3) {
     for (const char* path : kPythonEtcPaths) add_runtime_path(p, path);
+  }
+  // Paths a runtime probes by itself on every start, whatever the agent does. Nothing is
+  // mounted there (reads still fail with ENOENT), but they are not the agent's violations.
+  if (m.agent.runtime == Runtime::node) {
+    for (const char* path : kNodeProbes) p.fs.runtime.emplace_back(path);
   }
   const std::pair<const char*, std::string> generated[] = {
       {"/etc/passwd", generated_passwd(p.sandbox_uid, p.sandbox_gid)},

@@ -334,6 +334,24 @@ TEST_F(CometTest, MountAtUndeclaredPathIsRefused) {
   EXPECT_NE(run.output.err.find("not declared"), std::string::npos) << run.output.err;
 }
 
+TEST_F(CometTest, MissingUserNamespacesRefuseToStart) {
+  // A user namespace whose limit for nested namespaces is 0: the Comet cannot set up its
+  // first layer and must refuse (125) naming it, never run the agent without it.
+  if (::geteuid() != 0 || rootless_mode()) GTEST_SKIP() << "needs root to set up the restricted namespace";
+  std::string cmd = "unshare -Ur sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec " +
+                    std::string(SOYAOS_BIN) + " run " + pack_.string() + " --out " +
+                    (dir_.path() / "out").string() + " -- write /workdir/out/ran' 2>&1; echo \"exit=$?\"";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ::pclose(p);
+  EXPECT_NE(out.find("exit=125"), std::string::npos) << out;
+  EXPECT_NE(out.find("user namespace limit"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "ran"));
+}
+
 TEST_F(CometTest, InvalidManifestIsRefused) {
   set_manifest("soyapack: v0\nname: BAD\n");
   auto run = probe({"exit", "0"});
