@@ -86,12 +86,12 @@ std::string new_run_id() {
   return id;
 }
 
-nlohmann::json make_event(const RunContext& ctx, const std::string& type, nlohmann::json data) {
-  data["run_id"] = ctx.run_id;
-  data["pack"] = ctx.pack;
-  data["version"] = ctx.version;
-  data["digest"] = ctx.digest;
-  nlohmann::json e;
+nlohmann::ordered_json make_event(const RunContext& ctx, const std::string& type, nlohmann::ordered_json data) {
+  // The run's identity first, then the event's own fields.
+  nlohmann::ordered_json full = {
+      {"run_id", ctx.run_id}, {"pack", ctx.pack}, {"version", ctx.version}, {"digest", ctx.digest}};
+  for (auto& [key, value] : data.items()) full[key] = std::move(value);
+  nlohmann::ordered_json e;
   e["specversion"] = "1.0";
   e["id"] = new_event_id();
   e["source"] = "soyaos://" + ctx.host + "/comet/" + ctx.run_id;
@@ -99,7 +99,7 @@ nlohmann::json make_event(const RunContext& ctx, const std::string& type, nlohma
   e["time"] = now_rfc3339();
   e["subject"] = ctx.pack + "@" + ctx.version;
   e["datacontenttype"] = "application/json";
-  e["data"] = std::move(data);
+  e["data"] = std::move(full);
   return e;
 }
 
@@ -112,9 +112,9 @@ Status EventSink::add_file(const std::string& path) {
 
 void EventSink::add_stdout() { to_stdout_ = true; }
 
-Status EventSink::emit(const nlohmann::json& event) {
+Status EventSink::emit(const nlohmann::ordered_json& event) {
   emitted_.push_back(event);
-  std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::string line = event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   for (const auto& f : files_) {
     if (auto s = write_all(f.get(), line); !s) return s;
   }

@@ -24,7 +24,7 @@ struct RunContext {
 
 // Builds one event: envelope (specversion, id, source, type, time, subject,
 // datacontenttype) plus `data`, which gets run_id, pack, version and digest added.
-nlohmann::json make_event(const RunContext& ctx, const std::string& type, nlohmann::json data);
+nlohmann::ordered_json make_event(const RunContext& ctx, const std::string& type, nlohmann::ordered_json data);
 
 // RFC 3339 UTC time with microseconds: "2026-11-29T12:00:00.123456Z".
 std::string now_rfc3339();
@@ -40,14 +40,14 @@ class EventSink {
  public:
   Status add_file(const std::string& path);
   void add_stdout();
-  Status emit(const nlohmann::json& event);
+  Status emit(const nlohmann::ordered_json& event);
   Status flush();
-  [[nodiscard]] const std::vector<nlohmann::json>& emitted() const { return emitted_; }
+  [[nodiscard]] const std::vector<nlohmann::ordered_json>& emitted() const { return emitted_; }
 
  private:
   std::vector<UniqueFd> files_;
   bool to_stdout_ = false;
-  std::vector<nlohmann::json> emitted_;
+  std::vector<nlohmann::ordered_json> emitted_;
 };
 
 }  // namespace soyaos::scope

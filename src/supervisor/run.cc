@@ -21,8 +21,8 @@ std::string hostname() {
   return buf;
 }
 
-nlohmann::json violation_data(const Violation& v) {
-  nlohmann::json d = {{"surface", v.surface},       {"resource", v.resource},
+nlohmann::ordered_json violation_data(const Violation& v) {
+  nlohmann::ordered_json d = {{"surface", v.surface},       {"resource", v.resource},
                       {"syscall", v.syscall},       {"errno", v.errno_name},
                       {"manifest_entry", v.manifest_entry}, {"pid", v.pid}};
   if (!v.access.empty()) d["access"] = v.access;
@@ -99,7 +99,7 @@ RunReport run_pack(const RunRequest& request) {
   }
   if (request.events_to_stdout) sink.add_stdout();
   scope::RunContext ctx{hostname(), report.run_id, m.name, m.version, *digest};
-  auto emit = [&](const std::string& type, nlohmann::json data) {
+  auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
     // A failing event sink must not go unnoticed (E4): remember it and fail the run.
     if (auto s = sink.emit(scope::make_event(ctx, type, std::move(data))); !s && report.error.empty()) {
       report.error = "events: " + s.error().describe();
@@ -145,7 +145,7 @@ RunReport run_pack(const RunRequest& request) {
   report.exit_code = report.violations.empty() ? exit_code_for(report.outcome) : kExitViolation;
   if (report.outcome.ending == Ending::exec_failed) report.exit_code = kExitNotExecutable;
 
-  nlohmann::json counts = nlohmann::json::object();
+  nlohmann::ordered_json counts = nlohmann::ordered_json::object();
   for (const auto& v : report.violations) counts[v.surface] = counts.value(v.surface, 0) + 1;
   emit("run_finished", {{"exit_code", report.exit_code},
                         {"ending", ending_name(report.outcome.ending)},
