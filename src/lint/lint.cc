@@ -56,22 +56,8 @@ bool is_http_kind(ToolKind k) {
   }
 }
 
-// M3: which tools have a side effect.
-bool has_side_effect(const Tool& t) {
-  switch (t.kind) {
-    case ToolKind::http_post:
-    case ToolKind::http_put:
-    case ToolKind::http_patch:
-    case ToolKind::http_delete:
-      return true;
-    case ToolKind::fs_write:
-      return !manifest::path_covers(std::string(kOut), t.path);
-    case ToolKind::custom:
-      return t.side_effect.value_or(false);
-    default:
-      return false;
-  }
-}
+// M3, shared with validation so that both agree.
+bool has_side_effect(const Tool& t) { return manifest::tool_has_side_effect(t); }
 
 std::string lower(std::string s) {
   for (char& c : s) {
