@@ -4,7 +4,7 @@
 namespace soyaos::cli {
 
 void register_pack_commands(CLI::App& app, CliContext& ctx) {
-  auto* pack = app.add_subcommand("pack", "Validate, lint, push, pull, list, inspect and test SoyaPacks");
+  auto* pack = app.add_subcommand("pack", "Validate and lint SoyaPacks");
   pack->require_subcommand(1);
   register_pack_validate(*pack, ctx);
   register_pack_lint(*pack, ctx);
