@@ -43,8 +43,9 @@ int run_lint(const LintArgs& a, const CliContext& ctx) {
   if (!a.explain.empty()) {
     const lint::RuleInfo* rule = lint::find_rule(a.explain);
     if (rule == nullptr) {
-      std::fprintf(stderr, "soyaos pack lint: unknown rule id '%s' (rules are SP100-SP1xx; see docs/lint-rules.md)\n",
-                   a.explain.c_str());
+      auto all = lint::rules();
+      std::fprintf(stderr, "soyaos pack lint: unknown rule id '%s' (rules are %s to %s; see docs/lint-rules.md)\n",
+                   a.explain.c_str(), std::string(all.front().id).c_str(), std::string(all.back().id).c_str());
       return kExitUsage;
     }
     print(lint::explain(*rule), stdout);
@@ -77,7 +78,7 @@ void register_pack_lint(CLI::App& pack, CliContext& ctx) {
   auto args = std::make_shared<LintArgs>();
   auto* cmd = pack.add_subcommand(
       "lint", "Check that a pack's capabilities, tools and examples agree (rules SP1xx; --explain ID)");
-  cmd->add_option("dir", args->dir, "Pack directory (default: the current directory)")
+  cmd->add_option("DIR", args->dir, "Pack directory (default: the current directory)")
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--strict", args->strict,
                 "Also apply the least-privilege rules: wildcard and IP hosts, untested capabilities, tier");
