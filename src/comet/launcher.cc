@@ -38,9 +38,21 @@ void send_failure(int sock, const char* layer, const Error& e) {
   ::_exit(125);
 }
 
-Status send_fds(int sock, int fd_a, int fd_b) {
-  ControlHeader h{kMsgReady, 0};
-  struct iovec iov {&h, sizeof h};
+uint64_t now_ns() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+struct ReadyMessage {
+  ControlHeader header;
+  uint64_t step_ns[kStepCount];
+};
+
+Status send_fds(int sock, int fd_a, int fd_b, const uint64_t (&steps)[kStepCount]) {
+  ReadyMessage m{{kMsgReady, 0}, {}};
+  std::memcpy(m.step_ns, steps, sizeof m.step_ns);
+  struct iovec iov {&m, sizeof m};
   alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
   struct msghdr msg {};
   msg.msg_iov = &iov;
@@ -78,8 +90,10 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
 [[noreturn]] void child_main(const policy::Policy& policy, const SeccompProgram& program, int sock,
                              int stdout_w, int stderr_w) {
   // Wait for the parent to write our id maps.
+  uint64_t steps[kStepCount] = {};
   char go = 0;
   if (::read(sock, &go, 1) != 1) ::_exit(125);
+  steps[kStepCloned] = now_ns();
 
   if (::dup2(stdout_w, STDOUT_FILENO) < 0 || ::dup2(stderr_w, STDERR_FILENO) < 0) {
     fail(sock, "stdio", errno_error("dup2 output pipes"));
@@ -88,6 +102,7 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
   if (auto s = become_sandbox_ids(policy); !s) fail(sock, "user namespace", s.error());
   auto root = build_sandbox_root(policy);
   if (!root) fail(sock, "mounts", root.error());
+  steps[kStepMounts] = now_ns();
 
   if (::sethostname(policy.hostname.data(), policy.hostname.size()) != 0) {
     fail(sock, "uts namespace", errno_error("sethostname"));
@@ -100,8 +115,10 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
     fail(sock, "stdio", errno_error("stdin from /dev/null"));
   }
   ::close(devnull);
+  steps[kStepSession] = now_ns();
 
   if (auto s = apply_rlimits(policy.limits); !s) fail(sock, "limits", s.error());
+  steps[kStepLimits] = now_ns();
   if (auto s = drop_privileges(policy); !s) fail(sock, "credentials", s.error());
   // The credential change cleared any parent-death signal: set it again. (getppid() is 0
   // in a new PID namespace; a supervisor that died before this is caught when send_fds
@@ -110,11 +127,14 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
     fail(sock, "credentials", errno_error("PR_SET_PDEATHSIG"));
   }
 
+  steps[kStepCredentials] = now_ns();
   if (auto s = apply_landlock(landlock_rules(policy)); !s) fail(sock, "landlock", s.error());
+  steps[kStepLandlock] = now_ns();
 
   auto listener = install_agent_filter(program);
   if (!listener) fail(sock, "seccomp", listener.error());
-  if (auto s = send_fds(sock, listener->get(), root->out_dir.get()); !s) {
+  steps[kStepSeccomp] = now_ns();
+  if (auto s = send_fds(sock, listener->get(), root->out_dir.get(), steps); !s) {
     ::_exit(125);
   }
   listener->reset();
@@ -142,7 +162,7 @@ Result<std::pair<UniqueFd, UniqueFd>> make_pipe() {
 }
 
 // Reads the child's next control message. A Ready message yields its two fds.
-Result<std::pair<UniqueFd, UniqueFd>> receive_ready(int sock) {
+Result<std::pair<UniqueFd, UniqueFd>> receive_ready(int sock, uint64_t (&steps)[kStepCount]) {
   char buf[4096];
   struct iovec iov {buf, sizeof buf};
   alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
@@ -168,7 +188,12 @@ Result<std::pair<UniqueFd, UniqueFd>> receive_ready(int sock) {
     std::string detail = nul == std::string::npos ? "" : body.substr(nul + 1);
     return make_error(layer + ": " + detail, h.err);
   }
-  if (h.kind != kMsgReady) return make_error("sandbox setup: unexpected message");
+  if (h.kind != kMsgReady || n != static_cast<ssize_t>(sizeof(ReadyMessage))) {
+    return make_error("sandbox setup: unexpected message");
+  }
+  ReadyMessage ready{};
+  std::memcpy(&ready, buf, sizeof ready);
+  std::memcpy(steps, ready.step_ns, sizeof steps);
   struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS ||
       cmsg->cmsg_len != CMSG_LEN(2 * sizeof(int))) {
@@ -192,6 +217,7 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   auto err_pipe = make_pipe();
   if (!err_pipe) return err_pipe.error();
 
+  const uint64_t launch_ns = now_ns();
   int pidfd = -1;
   struct clone_args args {};
   args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
@@ -214,6 +240,7 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
     child_main(policy, program, child_sock.get(), out_pipe->second.get(), err_pipe->second.get());
   }
   LaunchedComet comet;
+  comet.launch_ns = launch_ns;
   comet.pid = static_cast<pid_t>(pid);
   comet.pidfd.reset(pidfd);
   child_sock.reset();
@@ -233,7 +260,7 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
     kill_child();
     return errno_error("start the Comet's setup");
   }
-  auto fds = receive_ready(parent_sock.get());
+  auto fds = receive_ready(parent_sock.get(), comet.step_ns);
   if (!fds) {
     kill_child();
     return fds.error();

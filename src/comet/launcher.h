@@ -26,7 +26,15 @@
 
 namespace soyaos::comet {
 
+// Monotonic timestamps (ns) of the setup steps, measured in the child: each layer's cost.
+enum SetupStep { kStepCloned, kStepMounts, kStepSession, kStepLimits, kStepCredentials, kStepLandlock,
+                 kStepSeccomp, kStepCount };
+inline constexpr const char* kSetupStepNames[kStepCount] = {
+    "namespaces", "mounts", "session", "rlimits", "credentials", "landlock", "seccomp"};
+
 struct LaunchedComet {
+  uint64_t launch_ns = 0;                  // before clone3, in the parent
+  uint64_t step_ns[kStepCount] = {};       // end of each step, in the child
   pid_t pid = -1;          // host pid of the agent
   UniqueFd pidfd;          // for exit notification and signals
   UniqueFd control;        // the child's setup channel: error reports, then EOF on exec

@@ -81,7 +81,7 @@ void rows_unless_low32(std::vector<Row>& t, const char* syscall, uint32_t action
   }
 }
 
-std::vector<Row> agent_table() {
+std::vector<Row> agent_table(bool observe_paths) {
   std::vector<Row> t;
   auto allow = [&t](const char* name, const char* reason) { t.push_back({name, kAllow, {}, reason}); };
   auto notify = [&t](const char* name, const char* reason) { t.push_back({name, kNotify, {}, reason}); };
@@ -98,7 +98,11 @@ std::vector<Row> agent_table() {
   for (const char* n : {"open", "openat", "openat2", "creat", "mkdir", "mkdirat", "unlink",
                         "unlinkat", "rmdir", "rename", "renameat", "renameat2", "link", "linkat",
                         "symlink", "symlinkat", "truncate", "mknod", "mknodat"}) {
-    notify(n, kPath);
+    if (observe_paths) {
+      notify(n, kPath);
+    } else {
+      allow(n, "benchmark baseline only: path syscalls unobserved (mounts+Landlock still enforce)");
+    }
   }
   const char* kClock = "C4: setting a clock is a violation (EPERM), reported by the supervisor";
   for (const char* n : {"clock_settime", "settimeofday", "adjtimex", "clock_adjtime"}) notify(n, kClock);
@@ -303,7 +307,7 @@ struct CtxDeleter {
 };
 using Ctx = std::unique_ptr<void, CtxDeleter>;
 
-Result<Ctx> build_context() {
+Result<Ctx> build_context(bool observe_paths = true) {
   Ctx ctx(seccomp_init(kDefault));
   if (!ctx) return make_error("seccomp_init", ENOMEM);
   // Foreign ABIs: the kernel reports i386 (int 0x80) as AUDIT_ARCH_I386 and x32 as
@@ -321,7 +325,7 @@ Result<Ctx> build_context() {
   if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0); rc < 0) {
     return make_error("seccomp_attr_set SCMP_FLTATR_CTL_NNP", -rc);
   }
-  for (const Row& row : agent_table()) {
+  for (const Row& row : agent_table(observe_paths)) {
     if (row.action == kDefault && row.args.empty()) continue;  // documentation row
     int nr = seccomp_syscall_resolve_name(row.syscall);
     if (nr == __NR_SCMP_ERROR) return make_error(std::string("seccomp: unknown syscall ") + row.syscall);
@@ -354,8 +358,8 @@ Result<std::string> export_to_string(const Ctx& ctx, int (*exporter)(const scmp_
 
 }  // namespace
 
-Result<SeccompProgram> build_agent_filter() {
-  Result<Ctx> ctx = build_context();
+Result<SeccompProgram> build_agent_filter(bool observe_paths) {
+  Result<Ctx> ctx = build_context(observe_paths);
   if (!ctx) return ctx.error();
   Result<std::string> bytes = export_to_string(*ctx, seccomp_export_bpf, "seccomp_export_bpf");
   if (!bytes) return bytes.error();

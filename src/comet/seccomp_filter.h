@@ -26,8 +26,10 @@ struct SeccompProgram {
 };
 
 // Builds the agent's filter with libseccomp and exports it as BPF. Call in the supervisor,
-// before the child is created.
-Result<SeccompProgram> build_agent_filter();
+// before the child is created. `observe_paths = false` exists only for the observation
+// benchmark's baseline (bench/observe.sh): path syscalls are then allowed without a
+// notification, so violations are still refused by mounts and Landlock but not reported.
+Result<SeccompProgram> build_agent_filter(bool observe_paths = true);
 
 // The same filter in libseccomp's human-readable PFC form (golden tests, `soyaos doctor`).
 Result<std::string> agent_filter_pfc();

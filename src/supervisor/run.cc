@@ -1,6 +1,8 @@
 #include "supervisor/run.h"
 
 #include <signal.h>
+#include <cstdio>
+#include <cstdlib>
 #include <unistd.h>
 
 #include "comet/launcher.h"
@@ -14,6 +16,19 @@ namespace {
 // At most this many violation events per run; the rest are counted in run_finished, so
 // an agent looping on a forbidden call cannot flood the event store.
 constexpr size_t kMaxViolationEvents = 1000;
+
+// The supervisor's own peak resident memory (VmHWM), in KiB.
+long supervisor_peak_rss_kb() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb;
+}
 
 std::string hostname() {
   char buf[256] = {};
@@ -84,7 +99,10 @@ RunReport run_pack(const RunRequest& request) {
                    "rules yet (no egress gateway); refusing to run";
     return report;
   }
-  auto program = comet::build_agent_filter();
+  // Benchmark baseline only (bench/observe.sh); recorded in run_started.
+  const char* unobserved_env = std::getenv("SOYAOS_BENCH_UNOBSERVED");
+  const bool observe_paths = unobserved_env == nullptr || std::string(unobserved_env) != "1";
+  auto program = comet::build_agent_filter(observe_paths);
   if (!program) {
     report.error = "seccomp: " + program.error().describe();
     return report;
@@ -115,7 +133,8 @@ RunReport run_pack(const RunRequest& request) {
                          {"timeout_ms", policy->limits.timeout_ms},
                          {"write_quota_bytes", policy->limits.write_quota_bytes},
                          {"open_files", policy->limits.open_files}}},
-                       {"rootless", ::geteuid() != 0}});
+                       {"rootless", ::geteuid() != 0},
+                       {"path_observation", observe_paths}});
 
   auto launched = comet::launch_comet(*policy, *program);
   if (!launched) {
@@ -123,6 +142,13 @@ RunReport run_pack(const RunRequest& request) {
     emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
     (void)sink.flush();
     return report;
+  }
+  // Each layer's cost, from the child's timestamps (bench/startup.sh reads these).
+  nlohmann::ordered_json setup_us = nlohmann::ordered_json::object();
+  uint64_t prev = launched->launch_ns;
+  for (int i = 0; i < comet::kStepCount; ++i) {
+    setup_us[comet::kSetupStepNames[i]] = (launched->step_ns[i] - prev) / 1000;
+    prev = launched->step_ns[i];
   }
   auto outcome = supervise(*launched, *policy, [&](const Violation& v) {
     report.violations.push_back(v);
@@ -154,6 +180,8 @@ RunReport run_pack(const RunRequest& request) {
                         {"violations", report.violations.size()},
                         {"violations_by_surface", counts},
                         {"notifications", report.outcome.notifications},
+                        {"setup_us", setup_us},
+                        {"supervisor_peak_rss_kb", supervisor_peak_rss_kb()},
                         {"outputs", {{"files", report.outputs.files}, {"bytes", report.outputs.bytes},
                                      {"skipped", report.outputs.skipped}, {"dir", report.out_dir}}}});
   if (auto s = sink.flush(); !s && report.error.empty()) report.error = "events: " + s.error().describe();

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -46,10 +47,13 @@ std::string rootless_binary() {
     std::string dir = "/tmp/soyaos-rootless-bin";
     std::filesystem::create_directories(dir);
     std::filesystem::permissions(dir, std::filesystem::perms(0755));
-    std::string bin = dir + "/soyaos";
-    std::filesystem::copy_file(SOYAOS_BIN, bin + ".tmp", std::filesystem::copy_options::overwrite_existing);
-    std::filesystem::permissions(bin + ".tmp", std::filesystem::perms(0755));
-    std::filesystem::rename(bin + ".tmp", bin);
+    // One copy per build (tests of different build trees may run at once); each test
+    // process refreshes it through a private temporary name and an atomic rename.
+    std::string bin = dir + "/soyaos-" + std::to_string(std::hash<std::string>{}(SOYAOS_BIN));
+    std::string tmp = bin + ".tmp." + std::to_string(::getpid());
+    std::filesystem::copy_file(SOYAOS_BIN, tmp, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::permissions(tmp, std::filesystem::perms(0755));
+    std::filesystem::rename(tmp, bin);
     return bin;
   }();
   return path;

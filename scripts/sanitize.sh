@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test suite under AddressSanitizer + UndefinedBehaviorSanitizer, in ./build-asan.
+# The sandbox tests run the sanitized soyaos as supervisor (the agents are the system's
+# interpreters, not instrumented).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh >/dev/null   # packages
+if [[ ! -f build-asan/build.ninja ]]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSOYAOS_SANITIZE=ON >/dev/null
+fi
+cmake --build build-asan -j2
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build-asan --output-on-failure -j2 "$@"
