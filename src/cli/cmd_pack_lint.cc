@@ -37,7 +37,15 @@ std::string artifact_uri(const fs::path& dir) {
   return "file://" + file.generic_string();
 }
 
-void print(const std::string& s, std::FILE* f) { std::fwrite(s.data(), 1, s.size(), f); }
+// False when the output could not be written (closed pipe, full disk).
+bool print(const std::string& s, std::FILE* f) {
+  return std::fwrite(s.data(), 1, s.size(), f) == s.size() && std::fflush(f) == 0;
+}
+
+int write_failed() {
+  std::fprintf(stderr, "soyaos pack lint: cannot write the report to stdout\n");
+  return 1;
+}
 
 int run_lint(const LintArgs& a, const CliContext& ctx) {
   if (!a.explain.empty()) {
@@ -48,8 +56,7 @@ int run_lint(const LintArgs& a, const CliContext& ctx) {
                    a.explain.c_str(), std::string(all.front().id).c_str(), std::string(all.back().id).c_str());
       return kExitUsage;
     }
-    print(lint::explain(*rule), stdout);
-    return 0;
+    return print(lint::explain(*rule), stdout) ? 0 : write_failed();
   }
 
   manifest::LoadResult loaded = manifest::load_pack(a.dir);
@@ -62,13 +69,10 @@ int run_lint(const LintArgs& a, const CliContext& ctx) {
     findings = lint::lint(*loaded.manifest, lint::LintOptions{.strict = a.strict});
   }
 
-  if (a.format == "json") {
-    print(lint::format_json(findings), stdout);
-  } else if (a.format == "sarif") {
-    print(lint::format_sarif(findings, artifact_uri(a.dir)), stdout);
-  } else {
-    print(lint::format_text(findings, ctx.color), stdout);
-  }
+  std::string report = a.format == "json"    ? lint::format_json(findings)
+                       : a.format == "sarif" ? lint::format_sarif(findings, artifact_uri(a.dir))
+                                             : lint::format_text(findings, ctx.color);
+  if (!print(report, stdout)) return write_failed();
   return lint::count(findings).errors > 0 ? 1 : 0;
 }
 
