@@ -92,7 +92,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: lint_bench N [--strict]\n");
     return 2;
   }
-  int n = std::atoi(argv[1]);
+  char* end = nullptr;
+  long parsed = std::strtol(argv[1], &end, 10);
+  if (end == argv[1] || *end != '\0' || parsed < 1 || parsed > 10'000'000) {
+    std::fprintf(stderr, "lint_bench: N must be an integer 1..10000000\n");
+    return 2;
+  }
+  int n = static_cast<int>(parsed);
   bool strict = argc > 2 && std::strcmp(argv[2], "--strict") == 0;
   auto t0 = Clock::now();
   manifest::Manifest m = build(n);
