@@ -18,7 +18,7 @@ void register_pack_validate(CLI::App& pack, CliContext& ctx) {
     const auto result = manifest::load_pack(*dir);
     if (result.manifest) {
       std::printf("ok  %s@%s\n", result.manifest->name.c_str(), result.manifest->version.c_str());
-      std::fflush(stdout);
+      (void)std::fflush(stdout);
       ctx.exit_code = 0;
       return;
     }

@@ -12,7 +12,9 @@
 #define SOYAOS_VERSION "0.0.0"
 #endif
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_cli(int argc, char** argv) {
   using namespace soyaos::cli;
   CliContext ctx;
   ctx.color = ::isatty(STDOUT_FILENO) == 1 && std::getenv("NO_COLOR") == nullptr;
@@ -43,4 +45,16 @@ int main(int argc, char** argv) {
     return 125;
   }
   return ctx.exit_code;
+}
+
+}  // namespace
+
+// Nothing may escape main as an exception: the CLI's last line of defence.
+int main(int argc, char** argv) {
+  try {
+    return run_cli(argc, argv);
+  } catch (...) {
+    std::fputs("soyaos: internal error\n", stderr);
+    return 125;
+  }
 }

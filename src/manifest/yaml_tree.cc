@@ -236,7 +236,7 @@ std::optional<Diagnostic> check_bytes(std::string_view text, const std::string& 
                          (cp >= 0x80 && cp <= 0x9F && cp != 0x85) || cp == 0xFFFE || cp == 0xFFFF;
     if (control) {
       char buf[16];
-      std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(cp));
+      (void)std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(cp));
       return Diagnostic{file, mark_at(text, i), "", std::string("file contains control character ") + buf};
     }
     i += len;

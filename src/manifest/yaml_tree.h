@@ -32,7 +32,7 @@ inline constexpr int kMaxDepth = 64;           // nested mappings/sequences
 inline constexpr std::size_t kMaxNodes = 65536;
 // How far yaml-cpp may read past the last node it reported: bounds the scanner's token
 // queue, and so the longest single scalar or unbroken flow collection.
-inline constexpr std::size_t kMaxLookahead = 64 * 1024;
+inline constexpr std::size_t kMaxLookahead = std::size_t{64} * 1024;
 
 struct YamlParse {
   std::optional<YNode> root;         // set when the text is one well-formed document

@@ -150,12 +150,13 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   // C5: only what the manifest sets plus PATH, HOME, LANG, TZ (proxy variables: #5).
   std::vector<std::pair<std::string, std::string>> env = {
       {"PATH", "/usr/bin:/bin"}, {"HOME", kWorkdir}, {"LANG", "C.UTF-8"}, {"TZ", "UTC"}};
-  for (const auto& [k, v] : m.agent.env) {
-    auto it = std::find_if(env.begin(), env.end(), [&](const auto& e) { return e.first == k; });
+  for (const auto& var : m.agent.env) {
+    const std::string& name = var.first;
+    auto it = std::find_if(env.begin(), env.end(), [&name](const auto& e) { return e.first == name; });
     if (it != env.end()) {
-      it->second = v;
+      it->second = var.second;
     } else {
-      env.emplace_back(k, v);
+      env.emplace_back(var);
     }
   }
   for (const auto& [k, v] : env) p.env.push_back(k + "=" + v);

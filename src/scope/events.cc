@@ -44,7 +44,7 @@ std::string now_rfc3339() {
   ::gmtime_r(&secs, &tm);
   char buf[64];
   size_t len = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + len, sizeof buf - len, ".%06lldZ", static_cast<long long>(us % 1'000'000));
+  (void)std::snprintf(buf + len, sizeof buf - len, ".%06lldZ", static_cast<long long>(us % 1'000'000));
   return buf;
 }
 
@@ -54,7 +54,7 @@ std::string new_event_id() {
   b[6] = static_cast<uint8_t>((b[6] & 0x0f) | 0x40);
   b[8] = static_cast<uint8_t>((b[8] & 0x3f) | 0x80);
   char out[37];
-  std::snprintf(out, sizeof out,
+  (void)std::snprintf(out, sizeof out,
                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
                 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
                 b[15]);
@@ -77,10 +77,10 @@ std::string new_run_id() {
   uint64_t hi = 0, lo = 0;
   for (int i = 0; i < 5; ++i) hi = (hi << 8) | rnd[static_cast<size_t>(i)];
   for (int i = 5; i < 10; ++i) lo = (lo << 8) | rnd[static_cast<size_t>(i)];
-  for (int i = 7; i >= 0; --i) {
-    id[static_cast<size_t>(10 + i)] = kAlphabet[hi & 31];
+  for (size_t i = 8; i-- > 0;) {
+    id[10 + i] = kAlphabet[hi & 31];
     hi >>= 5;
-    id[static_cast<size_t>(18 + i)] = kAlphabet[lo & 31];
+    id[18 + i] = kAlphabet[lo & 31];
     lo >>= 5;
   }
   return id;

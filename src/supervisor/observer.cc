@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -70,7 +71,7 @@ int sandbox_pid_of(pid_t host_tid) {
   while (std::getline(status, line)) {
     if (line.rfind("NSpid:", 0) == 0) {
       auto last = line.find_last_of(" \t");
-      return std::atoi(line.c_str() + last + 1);
+      return static_cast<int>(std::strtol(line.c_str() + last + 1, nullptr, 10));
     }
   }
   return 0;

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <unistd.h>
 
 #include "comet/launcher.h"
@@ -24,9 +25,12 @@ long supervisor_peak_rss_kb() {
   char line[256];
   long kb = -1;
   while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    if (std::strncmp(line, "VmHWM:", 6) == 0) {
+      kb = std::strtol(line + 6, nullptr, 10);
+      break;
+    }
   }
-  std::fclose(f);
+  (void)std::fclose(f);
   return kb;
 }
 
