@@ -82,8 +82,7 @@ void register_pack_lint(CLI::App& pack, CliContext& ctx) {
   auto args = std::make_shared<LintArgs>();
   auto* cmd = pack.add_subcommand(
       "lint", "Check that a pack's capabilities, tools and examples agree (rules SP1xx; --explain ID)");
-  cmd->add_option("DIR", args->dir, "Pack directory (default: the current directory)")
-      ->check(CLI::ExistingDirectory);
+  cmd->add_option("DIR", args->dir, "Pack directory (default: the current directory)");
   cmd->add_flag("--strict", args->strict,
                 "Also apply the least-privilege rules: wildcard and IP hosts, untested capabilities, tier");
   cmd->add_option("--format", args->format, "Output format: text (default), json or sarif (SARIF 2.1.0)")

@@ -471,37 +471,33 @@ class Linter {
   // SP114 / SP115: the tier the pack needs against the one it declares.
   void report_tier() {
     const auto& caps = m_.capabilities;
+    // builtin.llm has no side effect (M3): a read-only pack may call a model; its cached
+    // result replays one answer (C10), which the cache_hit event states.
     bool side_effect = false;
-    const Tool* nondeterministic = nullptr;
-    for (const Tool& t : m_.tools) {
-      side_effect = side_effect || has_side_effect(t);
-      if (t.kind == ToolKind::llm && nondeterministic == nullptr) nondeterministic = &t;
-    }
+    for (const Tool& t : m_.tools) side_effect = side_effect || has_side_effect(t);
     for (const FsPath& p : caps.fs_write) {
       side_effect = side_effect || !manifest::path_covers(std::string(kOut), p.path);
     }
     Tier needed = caps.egress_any                         ? Tier::unrestricted
-                  : (side_effect || nondeterministic)     ? Tier::side_effect
+                  : side_effect                           ? Tier::side_effect
                                                           : Tier::read_only;
     const std::string tier_node = "capabilities.determinism_tier";
     Mark mark = or_mark(caps.tier_mark, Mark{});
     if (static_cast<int>(caps.tier) > static_cast<int>(needed)) {
       std::string reason = caps.tier == Tier::unrestricted ? "capabilities.egress is not \"*\""
-                                                           : "no tool has a side effect or is non-deterministic";
+                                                           : "no tool has a side effect";
       add("SP114",
           fmt::format("determinism_tier is {} but {}: {} is enough", manifest::to_string(caps.tier), reason,
                       manifest::to_string(needed)),
           tier_node, mark);
     }
-    if (caps.tier == Tier::read_only && nondeterministic != nullptr) {
-      for (const Tool& t : m_.tools) {
-        if (t.kind != ToolKind::llm) continue;
-        add("SP115",
-            fmt::format("tools.{} ({}) is non-deterministic but determinism_tier is read-only, whose results are "
-                        "cached and replayed",
-                        t.name, manifest::to_string(t.kind)),
-            t.key_path.empty() ? "tools." + t.name : t.key_path, t.mark);
-      }
+    // SP115: stricter than needed. Validation (M6) and SP107 already refuse most of these;
+    // under --strict the tier itself is reported, once, so a reviewer sees the mismatch.
+    if (static_cast<int>(caps.tier) < static_cast<int>(needed)) {
+      add("SP115",
+          fmt::format("determinism_tier is {} but the pack needs {}", manifest::to_string(caps.tier),
+                      manifest::to_string(needed)),
+          tier_node, mark);
     }
   }
 

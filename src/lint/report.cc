@@ -13,7 +13,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr const char* kInformationUri = "https://github.com/soyaos/soyaos/blob/main/docs/lint-rules.md";
 constexpr const char* kSarifSchema = "https://json.schemastore.org/sarif-2.1.0.json";
 
 const char* sarif_level(Severity s) { return s == Severity::error ? "error" : "warning"; }
@@ -113,7 +112,6 @@ std::string format_sarif(const std::vector<Finding>& findings, const std::string
     rule["name"] = r.name;
     rule["shortDescription"] = Json{{"text", r.summary}};
     rule["fullDescription"] = Json{{"text", fmt::format("{} {}", r.summary, r.why)}};
-    rule["helpUri"] = fmt::format("{}#{}", kInformationUri, anchor(r.id));
     rule["help"] = Json{{"text", fmt::format("{}\n\nWhy: {}\n\nHow to fix: {}\n\nExample:\n{}", r.summary, r.why,
                                              r.fix, r.example)}};
     rule["defaultConfiguration"] = Json{{"level", sarif_level(r.severity)}};
@@ -149,7 +147,6 @@ std::string format_sarif(const std::vector<Finding>& findings, const std::string
   }
   Json driver = Json::object();
   driver["name"] = "soyaos";
-  driver["informationUri"] = kInformationUri;
   driver["rules"] = std::move(rule_list);
   Json run = Json::object();
   run["tool"] = Json{{"driver", std::move(driver)}};

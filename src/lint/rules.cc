@@ -130,23 +130,22 @@ constexpr std::array<RuleInfo, 15> kRules = {{
      "# err   capabilities.fs.read[0] declares `/data` but no example exercises it"},
     {"SP114", "tier-looser-than-needed", Severity::warning, true,
      "(--strict) determinism_tier is looser than the tools need.",
-     "The tier a pack needs: unrestricted with egress \"*\"; else side-effect with a side-effect tool, "
-     "a builtin.llm tool or an fs.write path outside /workdir/out; else read-only. A looser tier "
+     "The tier a pack needs: unrestricted with egress \"*\"; else side-effect with a side-effect tool "
+     "or an fs.write path outside /workdir/out; else read-only (builtin.llm has no side effect, M3). A looser tier "
      "gives up caching (C10) and tells reviewers to expect effects that are not there.",
      "Declare the tier named in the finding.",
      "tools:\n  fetch: {kind: builtin.http_get, url: https://api.example.com/}\n"
      "capabilities:\n  determinism_tier: side-effect\n"
-     "# warn  determinism_tier is side-effect but no tool has a side effect or is non-deterministic: "
-     "read-only is enough"},
+     "# warn  determinism_tier is side-effect but no tool has a side effect: read-only is enough"},
     {"SP115", "tier-determinism-mismatch", Severity::error, true,
-     "(--strict) A read-only pack uses a non-deterministic tool (builtin.llm).",
-     "read-only results are cached by input hash and replayed (C10): the first sampled answer of the "
-     "model would be replayed for ever, which is not what a read-only (deterministic) pack promises.",
-     "Declare determinism_tier: side-effect (never cached), or remove the tool.",
-     "tools:\n  ask: {kind: builtin.llm, url: https://api.anthropic.com/v1/messages}\n"
+     "(--strict) determinism_tier is stricter than the tools need.",
+     "A read-only pack is cached and replayed (C10) and may not have effects (M6); a tier stricter "
+     "than what its tools do is a promise the pack cannot keep. Validation refuses most such packs; "
+     "under --strict the mismatch is also reported on the tier itself.",
+     "Declare the tier named in the finding, or remove the tool or path that needs it.",
+     "tools:\n  post: {kind: builtin.http_post, url: https://hooks.example.com/x}\n"
      "capabilities:\n  determinism_tier: read-only\n"
-     "# err   tools.ask (builtin.llm) is non-deterministic but determinism_tier is read-only, whose results "
-     "are cached and replayed"},
+     "# err   determinism_tier is read-only but the pack needs side-effect"},
 }};
 
 bool iequals(std::string_view a, std::string_view b) {

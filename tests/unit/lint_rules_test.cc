@@ -402,7 +402,7 @@ TEST(LintStrict, TierLooserThanNeeded) {
   EXPECT_EQ(f[0].severity, Severity::warning);
   EXPECT_EQ(f[0].key_path, "capabilities.determinism_tier");
   EXPECT_EQ(f[0].message,
-            "determinism_tier is side-effect but no tool has a side effect or is non-deterministic: read-only is enough");
+            "determinism_tier is side-effect but no tool has a side effect: read-only is enough");
   auto u = Pack().tier(Tier::unrestricted).custom("c", true).lint(true);
   EXPECT_EQ(ids(u), (std::vector<std::string>{"SP114"}));
   EXPECT_EQ(u[0].message, "determinism_tier is unrestricted but capabilities.egress is not \"*\": side-effect is enough");
@@ -411,15 +411,30 @@ TEST(LintStrict, TierLooserThanNeeded) {
   EXPECT_TRUE(Pack().lint(true).empty());
 }
 
-TEST(LintStrict, DeterminismMismatch) {
+TEST(LintStrict, LlmInAReadOnlyPackIsClean) {
+  // builtin.llm has no side effect (M3): a read-only pack may call a model.
   auto p = Pack().egress("api.anthropic.com", 443).http("ask", "api.anthropic.com", 443, Protocol::https, ToolKind::llm)
                .example({"ask"});
   EXPECT_TRUE(p.lint(false).empty());
-  auto f = p.lint(true);
-  EXPECT_EQ(ids(f), (std::vector<std::string>{"SP115"}));
-  EXPECT_EQ(f[0].severity, Severity::error);
-  // side-effect is exactly what an llm pack needs: neither SP115 nor SP114.
-  EXPECT_TRUE(p.tier(Tier::side_effect).lint(true).empty());
+  EXPECT_TRUE(p.lint(true).empty());
+  // ...and side-effect is looser than it needs.
+  EXPECT_EQ(ids(p.tier(Tier::side_effect).lint(true)), (std::vector<std::string>{"SP114"}));
+}
+
+TEST(LintStrict, TierStricterThanNeededIsReportedOnTheTier) {
+  auto p = Pack().tier(Tier::read_only).custom("c", true);
+  auto strict = p.lint(true);
+  bool found = false;
+  for (const auto& f : strict) {
+    if (f.rule_id == "SP115") {
+      found = true;
+      EXPECT_EQ(f.severity, Severity::error);
+      EXPECT_EQ(f.key_path, "capabilities.determinism_tier");
+      EXPECT_EQ(f.message, "determinism_tier is read-only but the pack needs side-effect");
+    }
+  }
+  EXPECT_TRUE(found);
+  for (const auto& f : p.lint(false)) EXPECT_NE(f.rule_id, "SP115");
 }
 
 // ---- ordering, ids, scale ----
