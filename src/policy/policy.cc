@@ -27,7 +27,9 @@ const char* const kEtcHostPaths[] = {"/etc/ssl", "/etc/ld.so.cache"};
 // Debian's python3 reaches /etc/python3.X/sitecustomize.py through a symlink in /usr/lib.
 const char* const kPythonEtcPaths[] = {"/etc/python3.11"};
 
-// libuv reads cgroup memory limits at start; module resolution walks up from /workdir.
+// glibc reads the online CPU list (malloc arenas, sysconf); libuv reads cgroup memory
+// limits at start; node's module resolution walks up from /workdir.
+const char* const kLibcProbes[] = {"/sys/devices/system/cpu"};
 const char* const kNodeProbes[] = {"/sys/fs/cgroup", "/package.json", "/node_modules"};
 
 bool exists_no_follow(const std::string& path, struct stat* st) {
@@ -169,6 +171,7 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   }
   // Paths a runtime probes by itself on every start, whatever the agent does. Nothing is
   // mounted there (reads still fail with ENOENT), but they are not the agent's violations.
+  for (const char* path : kLibcProbes) p.fs.runtime.emplace_back(path);
   if (m.agent.runtime == Runtime::node) {
     for (const char* path : kNodeProbes) p.fs.runtime.emplace_back(path);
   }

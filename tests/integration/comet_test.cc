@@ -165,6 +165,67 @@ TEST_F(CometTest, SymlinkPlantedInOutIsNotFollowedByCollection) {
   EXPECT_FALSE(std::filesystem::is_symlink(dir_.path() / "out" / "ok"));
 }
 
+TEST_F(CometTest, TrapsPlantedInOutAreNotCollected) {
+  // A FIFO (would block a naive reader), a symlink to a host file and a 1 TiB sparse file.
+  auto run = probe({"steps", "mkfifo:/workdir/out/fifo", "symlink:/etc/passwd:/workdir/out/pw",
+                    "sparse:/workdir/out/sparse:1099511627776", "write:/workdir/out/ok"});
+  EXPECT_EQ(run.output.exit_code, 0) << run.output.err;
+  auto out = dir_.path() / "out";
+  EXPECT_EQ(read_file(out / "ok"), "x");
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(out / "fifo")));
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(out / "pw")));
+  EXPECT_FALSE(std::filesystem::exists(out / "sparse"));
+  EXPECT_NE(run.output.err.find("symbolic link not collected"), std::string::npos) << run.output.err;
+  EXPECT_NE(run.output.err.find("over the write quota"), std::string::npos) << run.output.err;
+}
+
+TEST_F(CometTest, HardLinkFromThePackIntoOutFailsExdev) {
+  auto run = probe({"link", "/workdir/probe.py", "/workdir/out/p"});
+  EXPECT_EQ(run.result, "errno=EXDEV");
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "p"));
+}
+
+TEST_F(CometTest, RenameOutOfOutIsEacces) {
+  auto run = probe({"steps", "write:/workdir/out/x", "rename:/workdir/out/x:/workdir/y"});
+  EXPECT_EQ(run.output.exit_code, 3);
+  auto v = run.of_type("capability_violation");
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0]["data"]["resource"], "/workdir/y");
+  EXPECT_EQ(v[0]["data"]["errno"], "EACCES");
+  EXPECT_NE(run.output.out.find("RESULT errno=EACCES"), std::string::npos);
+}
+
+TEST_F(CometTest, PidsLimitStopsAThreadBomb) {
+  set_manifest(R"(soyapack: v0
+name: comet-probe
+version: 0.1.0
+agent: {runtime: python3, entrypoint: probe.py}
+capabilities:
+  egress: []
+  fs: {read: [/workdir], write: [/workdir/out]}
+  determinism_tier: read-only
+resources: {pids: 16}
+)");
+  auto run = probe({"thread_bomb", "200"});
+  EXPECT_EQ(run.result, "error=RuntimeError") << run.output.out << run.output.err;
+  EXPECT_EQ(run.output.exit_code, 0) << run.output.err;  // a limit, not a violation
+}
+
+TEST_F(CometTest, MemoryLimitFailsAllocations) {
+  set_manifest(R"(soyapack: v0
+name: comet-probe
+version: 0.1.0
+agent: {runtime: python3, entrypoint: probe.py}
+capabilities:
+  egress: []
+  fs: {read: [/workdir], write: [/workdir/out]}
+  determinism_tier: read-only
+resources: {memory: 128Mi}
+)");
+  EXPECT_EQ(probe({"alloc", "512"}).result, "error=MemoryError");
+  EXPECT_EQ(probe({"alloc", "32"}).result, "ok 32");
+}
+
 TEST_F(CometTest, WriteQuotaGivesEnospc) {
   auto run = probe({"fill", "/workdir/out/big", "2097152"});  // quota is 1Mi
   EXPECT_EQ(run.result, "errno=ENOSPC");
