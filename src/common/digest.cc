@@ -1,6 +1,11 @@
 #include "common/digest.h"
 
-#include <openssl/evp.h>
+// OpenSSL's low-level SHA-256: the EVP interface would load and query the provider
+// machinery on first use (~5M instructions, about a third of `soyaos run`'s own start-up)
+// for one fixed algorithm. The functions are deprecated in 3.0 but kept, and are the same
+// implementation; the API level is pinned for this file only.
+#define OPENSSL_API_COMPAT 10101
+#include <openssl/sha.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,23 +18,22 @@ namespace {
 
 class Sha256 {
  public:
-  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) { EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr); }
-  void update(std::string_view d) { EVP_DigestUpdate(ctx_.get(), d.data(), d.size()); }
+  Sha256() { SHA256_Init(&ctx_); }
+  void update(std::string_view d) { SHA256_Update(&ctx_, d.data(), d.size()); }
   std::string hex() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_.get(), md, &len);
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256_Final(md, &ctx_);
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out;
-    for (unsigned i = 0; i < len; ++i) {
-      out += kHex[md[i] >> 4];
-      out += kHex[md[i] & 15];
+    for (unsigned char byte : md) {
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
     }
     return out;
   }
 
  private:
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+  SHA256_CTX ctx_{};
 };
 
 Result<std::string> file_digest(const std::filesystem::path& p) {
