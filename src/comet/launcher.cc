@@ -91,6 +91,11 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
                              int stdout_w, int stderr_w) {
   // Wait for the parent to write our id maps.
   uint64_t steps[kStepCount] = {};
+  // A new session without a controlling terminal: TIOCSTI has nothing to inject into.
+  // First, while the parent writes our id maps: with scheduler autogroups setsid() also
+  // creates a task group, which costs a few milliseconds we can overlap.
+  const bool new_session = ::setsid() >= 0;
+  const int setsid_errno = errno;
   char go = 0;
   if (::read(sock, &go, 1) != 1) ::_exit(125);
   steps[kStepCloned] = now_ns();
@@ -108,8 +113,7 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
     fail(sock, "uts namespace", errno_error("sethostname"));
   }
   if (::chdir(policy.cwd.c_str()) != 0) fail(sock, "mounts", errno_error("chdir " + policy.cwd));
-  // A new session without a controlling terminal: TIOCSTI has nothing to inject into.
-  if (::setsid() < 0) fail(sock, "session", errno_error("setsid"));
+  if (!new_session) fail(sock, "session", Error{setsid_errno, "setsid"});
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0 || ::dup2(devnull, STDIN_FILENO) < 0) {
     fail(sock, "stdio", errno_error("stdin from /dev/null"));
