@@ -1,0 +1,60 @@
+// The canonical pack archive (SPEC.md T3): a POSIX ustar tar written by our own writer so
+// that the same tree always gives the same bytes, hence the same sha256.
+//
+//   - entries sorted by relative path (byte order), directories before their contents;
+//   - regular files 0644, or 0755 when any execute bit is set; directories 0755;
+//   - mtime 0, uid/gid 0, uname/gname empty, no pax or GNU extensions; paths longer than
+//     100 bytes use the ustar prefix field (a path that does not fit is refused);
+//   - symlinks are REFUSED (a pack must carry its files; a stored link would be a
+//     traversal risk at extraction), as are sockets, fifos and devices;
+//   - ends with two zero blocks, nothing else.
+//
+// The extractor accepts only what the writer produces: regular files and directories
+// with relative, normalised paths (no absolute path, no "." or ".." component), created
+// with openat(O_NOFOLLOW | O_EXCL) below a fresh directory, so no entry can land outside it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace soyaos::moon {
+
+// Incremental sha256 (OpenSSL EVP).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(std::string_view data);
+  std::string hex();  // finalises; lower-case hex
+
+ private:
+  void* ctx_;
+};
+
+struct ArchiveInfo {
+  std::string digest;       // "sha256:HEX" of the archive bytes
+  uint64_t size = 0;        // archive bytes
+  std::string tree_digest;  // "sha256:HEX", equal to common/digest.h tree_digest(root)
+};
+
+// Writes the canonical archive of `root` to `fd` (from its current offset), hashing as it
+// goes. The tree digest is computed from the same reads, so it describes exactly the bytes
+// archived.
+Result<ArchiveInfo> write_archive(const std::filesystem::path& root, int fd);
+
+// Reads the archive from `fd` to its end, extracting into `dest` (an existing, empty
+// directory), and returns "sha256:HEX" of every byte read. A malformed archive or an
+// entry that is not allowed is an error; the caller checks the digest and removes `dest`
+// on any failure.
+Result<std::string> extract_archive(int fd, const std::filesystem::path& dest);
+
+// Hashes the whole of `fd` from its current offset: "sha256:HEX".
+Result<std::string> digest_fd(int fd);
+
+}  // namespace soyaos::moon

@@ -1,0 +1,457 @@
+#include "moon/store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "moon/semver.h"
+#include "scope/events.h"
+
+namespace soyaos::moon {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+constexpr int kBusyTimeoutMs = 30'000;
+
+const char* const kSchemaV1 = R"sql(
+CREATE TABLE IF NOT EXISTS packs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  version TEXT NOT NULL,
+  digest TEXT NOT NULL,
+  tree_digest TEXT NOT NULL,
+  oci_manifest TEXT NOT NULL,
+  oci_manifest_size INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  pushed_at TEXT NOT NULL,
+  manifest TEXT NOT NULL,
+  UNIQUE (name, version)
+);
+CREATE INDEX IF NOT EXISTS packs_digest ON packs (digest);
+CREATE INDEX IF NOT EXISTS packs_tree_digest ON packs (tree_digest);
+CREATE TABLE IF NOT EXISTS flags (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  version TEXT NOT NULL,
+  run_id TEXT NOT NULL,
+  violation TEXT NOT NULL,
+  flagged_at TEXT NOT NULL,
+  packs_seen INTEGER NOT NULL,
+  cleared INTEGER NOT NULL DEFAULT 0,
+  cleared_at TEXT,
+  UNIQUE (name, version, run_id)
+);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  time TEXT NOT NULL,
+  type TEXT NOT NULL,
+  run_id TEXT,
+  pack TEXT,
+  version TEXT,
+  json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run ON events (run_id);
+CREATE INDEX IF NOT EXISTS events_type ON events (type);
+CREATE INDEX IF NOT EXISTS events_pack ON events (pack);
+CREATE INDEX IF NOT EXISTS events_time ON events (time);
+)sql";
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3_stmt* s) : s_(s) {}  // NOLINT(google-explicit-constructor)
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  Stmt(Stmt&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt& bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& bind_null(int i) {
+    sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  Stmt& bind_opt(int i, const std::string* v) { return v != nullptr ? bind(i, *v) : bind_null(i); }
+  int step() { return sqlite3_step(s_); }
+  void reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  std::string text(int col) {
+    const auto* p = sqlite3_column_text(s_, col);
+    return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p),
+                                                      static_cast<size_t>(sqlite3_column_bytes(s_, col)));
+  }
+  int64_t integer(int col) { return sqlite3_column_int64(s_, col); }
+
+ private:
+  sqlite3_stmt* s_;
+};
+
+Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
+  return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
+}
+
+bool is_corruption(int rc) {
+  rc &= 0xff;
+  return rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
+}
+
+// What PRAGMA quick_check says, for an error message ("" when it cannot run).
+std::string quick_check(sqlite3* db) {
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db, "PRAGMA quick_check(3)", -1, &raw, nullptr) != SQLITE_OK) return "";
+  Stmt s(raw);
+  std::string out;
+  while (s.step() == SQLITE_ROW) out += (out.empty() ? "" : "; ") + s.text(0);
+  return out;
+}
+
+Error corrupt_error(sqlite3* db, const fs::path& path, const std::string& sqlite_msg) {
+  std::string msg = "the Moon database " + path.string() + " is corrupt or not a SQLite database (" + sqlite_msg + ")";
+  if (std::string qc = quick_check(db); !qc.empty() && qc != "ok") msg += "; quick_check: " + qc;
+  msg += "; move it aside to start a fresh index (blobs under oci/ are kept)";
+  return make_error(msg);
+}
+
+PackRecord pack_from(Stmt& s) {
+  PackRecord p;
+  p.id = s.integer(0);
+  p.name = s.text(1);
+  p.version = s.text(2);
+  p.digest = s.text(3);
+  p.tree_digest = s.text(4);
+  p.oci_manifest = s.text(5);
+  p.oci_manifest_size = s.integer(6);
+  p.size = s.integer(7);
+  p.pushed_at = s.text(8);
+  p.manifest = s.text(9);
+  return p;
+}
+
+constexpr const char* kPackCols =
+    "id, name, version, digest, tree_digest, oci_manifest, oci_manifest_size, size, pushed_at, manifest";
+
+std::string str_or_empty(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
+Result<fs::path> default_home() {
+  if (const char* h = std::getenv("SOYAOS_HOME"); h != nullptr && *h != '\0') return fs::path(h);
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x != nullptr && *x == '/') return fs::path(x) / "soyaos";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/')
+    return fs::path(home) / ".local" / "share" / "soyaos";
+  return make_error("cannot find the SoyaOS home: set SOYAOS_HOME (or HOME)");
+}
+
+Store::Store(Store&& o) noexcept : db_(std::exchange(o.db_, nullptr)), path_(std::move(o.path_)) {}
+Store& Store::operator=(Store&& o) noexcept {
+  if (this != &o) {
+    sqlite3_close_v2(db_);
+    db_ = std::exchange(o.db_, nullptr);
+    path_ = std::move(o.path_);
+  }
+  return *this;
+}
+Store::~Store() { sqlite3_close_v2(db_); }
+
+namespace {
+
+// Runs SQL without results; the error names the database file.
+Status exec(sqlite3* db, const fs::path& path, const char* sql, const std::string& what) {
+  char* msg = nullptr;
+  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &msg);
+  std::string m = msg != nullptr ? msg : sqlite3_errstr(rc);
+  sqlite3_free(msg);
+  if (rc == SQLITE_OK) return {};
+  if (is_corruption(rc)) return corrupt_error(db, path, m);
+  return make_error(what + " (" + path.string() + "): " + m);
+}
+
+Result<Stmt> prepare(sqlite3* db, const fs::path& path, const std::string& sql) {
+  sqlite3_stmt* s = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &s, nullptr);
+  if (rc != SQLITE_OK) {
+    if (is_corruption(rc)) return corrupt_error(db, path, sqlite3_errmsg(db));
+    return db_error(db, path, "prepare query");
+  }
+  return Stmt(s);
+}
+
+// A write transaction (BEGIN IMMEDIATE), rolled back unless committed.
+class Txn {
+ public:
+  Txn(sqlite3* db, const fs::path& path) : db_(db), path_(path) {}
+  Status begin() {
+    auto s = exec(db_, path_, "BEGIN IMMEDIATE", "begin a transaction");
+    open_ = s.ok();
+    return s;
+  }
+  Status commit() {
+    auto s = exec(db_, path_, "COMMIT", "commit");
+    if (s) open_ = false;
+    return s;
+  }
+  ~Txn() {
+    if (open_) (void)sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+
+ private:
+  sqlite3* db_;
+  const fs::path& path_;
+  bool open_ = false;
+};
+
+Status step_done(Stmt& s, sqlite3* db, const fs::path& path, const std::string& what) {
+  int rc = s.step();
+  if (rc == SQLITE_DONE || rc == SQLITE_ROW) return {};
+  if (is_corruption(rc)) return corrupt_error(db, path, sqlite3_errmsg(db));
+  return db_error(db, path, what);
+}
+
+}  // namespace
+
+Result<Store> Store::open(const fs::path& home) {
+  std::error_code ec;
+  fs::create_directories(home, ec);
+  if (ec) return make_error("create the SoyaOS home " + home.string(), ec.value());
+  Store store;
+  store.path_ = home / "moon.db";
+  int rc = sqlite3_open_v2(store.path_.c_str(), &store.db_,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    if (store.db_ == nullptr) return make_error("open " + store.path_.string() + ": out of memory");
+    return db_error(store.db_, store.path_, "open the Moon database");
+  }
+  sqlite3_busy_timeout(store.db_, kBusyTimeoutMs);
+  sqlite3_extended_result_codes(store.db_, 1);
+  // WAL: readers never block the writer; synchronous=FULL: durable at COMMIT (E4).
+  if (auto s = exec(store.db_, store.path_, "PRAGMA journal_mode=WAL", "set WAL mode"); !s) return s.error();
+  if (auto s = exec(store.db_, store.path_, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", "set pragmas"); !s)
+    return s.error();
+  if (auto s = store.init_schema(); !s) return s.error();
+  return store;
+}
+
+Status Store::init_schema() {
+  auto read_version = [&]() -> Result<int64_t> {
+    auto st = prepare(db_, path_, "PRAGMA user_version");
+    if (!st) return st.error();
+    if (st->step() != SQLITE_ROW) return db_error(db_, path_, "read the schema version");
+    return st->integer(0);
+  };
+  auto v = read_version();
+  if (!v) return v.error();
+  if (*v == kSchemaVersion) return {};
+  if (*v > kSchemaVersion)
+    return make_error("the Moon database " + path_.string() + " has schema version " + std::to_string(*v) +
+                      ", newer than this soyaos supports (" + std::to_string(kSchemaVersion) + ")");
+  Txn txn(db_, path_);
+  if (auto s = txn.begin(); !s) return s;
+  v = read_version();  // another process may have created it meanwhile
+  if (!v) return v.error();
+  if (*v == 0) {
+    if (auto s = exec(db_, path_, kSchemaV1, "create the schema"); !s) return s;
+    if (auto s = exec(db_, path_, "PRAGMA user_version=1", "set the schema version"); !s) return s;
+  }
+  return txn.commit();
+}
+
+// ---- packs ----
+
+Result<std::optional<PackRecord>> Store::pack(const std::string& name, const std::string& version) {
+  auto st = prepare(db_, path_, std::string("SELECT ") + kPackCols + " FROM packs WHERE name=?1 AND version=?2");
+  if (!st) return st.error();
+  st->bind(1, name).bind(2, version);
+  int rc = st->step();
+  if (rc == SQLITE_ROW) return std::optional<PackRecord>(pack_from(*st));
+  if (rc == SQLITE_DONE) return std::optional<PackRecord>();
+  return db_error(db_, path_, "read pack " + name + "@" + version);
+}
+
+Result<std::vector<PackRecord>> Store::packs() {
+  auto st = prepare(db_, path_, std::string("SELECT ") + kPackCols + " FROM packs ORDER BY name, id");
+  if (!st) return st.error();
+  std::vector<PackRecord> out;
+  int rc = 0;
+  while ((rc = st->step()) == SQLITE_ROW) out.push_back(pack_from(*st));
+  if (rc != SQLITE_DONE) return db_error(db_, path_, "list packs");
+  std::stable_sort(out.begin(), out.end(), [](const PackRecord& a, const PackRecord& b) {
+    if (a.name != b.name) return a.name < b.name;
+    return compare_semver(a.version, b.version) < 0;
+  });
+  return out;
+}
+
+Result<std::optional<PackRecord>> Store::pack_by_digest(const std::string& digest) {
+  auto st = prepare(db_, path_, std::string("SELECT ") + kPackCols +
+                                    " FROM packs WHERE digest=?1 OR tree_digest=?1 ORDER BY id DESC LIMIT 1");
+  if (!st) return st.error();
+  st->bind(1, digest);
+  int rc = st->step();
+  if (rc == SQLITE_ROW) return std::optional<PackRecord>(pack_from(*st));
+  if (rc == SQLITE_DONE) return std::optional<PackRecord>();
+  return db_error(db_, path_, "find pack by digest " + digest);
+}
+
+Result<bool> Store::insert_pack(const PackRecord& p, const json& pushed_event) {
+  Txn txn(db_, path_);
+  if (auto s = txn.begin(); !s) return s.error();
+  auto st = prepare(db_, path_,
+                    "INSERT OR IGNORE INTO packs (name, version, digest, tree_digest, oci_manifest, "
+                    "oci_manifest_size, size, pushed_at, manifest) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+  if (!st) return st.error();
+  st->bind(1, p.name).bind(2, p.version).bind(3, p.digest).bind(4, p.tree_digest).bind(5, p.oci_manifest);
+  st->bind(6, p.oci_manifest_size).bind(7, p.size).bind(8, p.pushed_at).bind(9, p.manifest);
+  if (auto s = step_done(*st, db_, path_, "insert pack " + p.name + "@" + p.version); !s) return s.error();
+  if (sqlite3_changes(db_) == 0) return false;
+  if (auto s = append_events(std::span<const json>(&pushed_event, 1)); !s) return s.error();
+  if (auto s = txn.commit(); !s) return s.error();
+  return true;
+}
+
+// ---- flags ----
+
+Result<bool> Store::add_flag(const std::string& name, const std::string& version, const std::string& run_id,
+                             const std::string& violation_json) {
+  auto st = prepare(db_, path_,
+                    "INSERT OR IGNORE INTO flags (name, version, run_id, violation, flagged_at, packs_seen) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, (SELECT COALESCE(MAX(id), 0) FROM packs))");
+  if (!st) return st.error();
+  st->bind(1, name).bind(2, version).bind(3, run_id).bind(4, violation_json).bind(5, scope::now_rfc3339());
+  if (auto s = step_done(*st, db_, path_, "flag " + name + "@" + version); !s) return s.error();
+  return sqlite3_changes(db_) > 0;
+}
+
+Result<std::vector<FlagRecord>> Store::flags(const std::string& name, const std::string& version) {
+  // Versions of the pack pushed after the oldest flag could have been superseded.
+  auto st = prepare(db_, path_,
+                    "SELECT id, run_id, violation, flagged_at, packs_seen, cleared, COALESCE(cleared_at, '') "
+                    "FROM flags WHERE name=?1 AND version=?2 ORDER BY id");
+  if (!st) return st.error();
+  st->bind(1, name).bind(2, version);
+  std::vector<FlagRecord> out;
+  std::vector<int64_t> seen;
+  int rc = 0;
+  while ((rc = st->step()) == SQLITE_ROW) {
+    FlagRecord f;
+    f.id = st->integer(0);
+    f.name = name;
+    f.version = version;
+    f.run_id = st->text(1);
+    f.violation = st->text(2);
+    f.flagged_at = st->text(3);
+    seen.push_back(st->integer(4));
+    f.cleared = st->integer(5) != 0;
+    f.cleared_at = st->text(6);
+    out.push_back(std::move(f));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_, path_, "read flags of " + name + "@" + version);
+  if (out.empty()) return out;
+  auto later = prepare(db_, path_, "SELECT id, version FROM packs WHERE name=?1 AND id>?2 ORDER BY id");
+  if (!later) return later.error();
+  later->bind(1, name).bind(2, *std::min_element(seen.begin(), seen.end()));
+  std::vector<std::pair<int64_t, std::string>> pushed;
+  while ((rc = later->step()) == SQLITE_ROW) pushed.emplace_back(later->integer(0), later->text(1));
+  if (rc != SQLITE_DONE) return db_error(db_, path_, "read versions of " + name);
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (const auto& [id, v] : pushed) {
+      if (id > seen[i] && compare_semver(v, version) > 0) {
+        out[i].superseded_by = v;
+        break;
+      }
+    }
+    out[i].active = !out[i].cleared && out[i].superseded_by.empty();
+  }
+  return out;
+}
+
+Result<int> Store::clear_flags(const std::string& name, const std::string& version) {
+  auto st = prepare(db_, path_,
+                    "UPDATE flags SET cleared=1, cleared_at=?3 WHERE name=?1 AND version=?2 AND cleared=0");
+  if (!st) return st.error();
+  st->bind(1, name).bind(2, version).bind(3, scope::now_rfc3339());
+  if (auto s = step_done(*st, db_, path_, "unflag " + name + "@" + version); !s) return s.error();
+  return sqlite3_changes(db_);
+}
+
+// ---- events ----
+
+Status Store::append_events(std::span<const json> events) {
+  if (events.empty()) return {};
+  // Nested inside insert_pack's transaction when one is open (autocommit off).
+  const bool own = sqlite3_get_autocommit(db_) != 0;
+  Txn txn(db_, path_);
+  if (own) {
+    if (auto s = txn.begin(); !s) return s;
+  }
+  auto st = prepare(db_, path_, "INSERT INTO events (time, type, run_id, pack, version, json) VALUES (?1,?2,?3,?4,?5,?6)");
+  if (!st) return st.error();
+  for (const auto& e : events) {
+    if (!e.is_object()) return make_error("append events to " + path_.string() + ": an event is not a JSON object");
+    std::string time = str_or_empty(e, "time");
+    if (time.empty()) time = scope::now_rfc3339();
+    const std::string type = str_or_empty(e, "type");
+    const json empty;
+    const json& data = e.contains("data") ? e["data"] : empty;
+    const std::string run = str_or_empty(data, "run_id"), pack = str_or_empty(data, "pack"),
+                      version = str_or_empty(data, "version");
+    st->bind(1, time).bind(2, type);
+    st->bind_opt(3, run.empty() ? nullptr : &run).bind_opt(4, pack.empty() ? nullptr : &pack);
+    st->bind_opt(5, version.empty() ? nullptr : &version);
+    st->bind(6, e.dump(-1, ' ', false, json::error_handler_t::replace));
+    if (auto s = step_done(*st, db_, path_, "append an event"); !s) return s;
+    st->reset();
+  }
+  if (own) return txn.commit();
+  return {};
+}
+
+Result<std::vector<StoredEvent>> Store::query_events(const EventQuery& q) {
+  std::string sql = "SELECT seq, time, type, COALESCE(run_id,''), COALESCE(pack,''), COALESCE(version,''), json "
+                    "FROM events WHERE seq > ?1";
+  std::vector<const std::string*> binds;
+  if (q.run_id) sql += " AND run_id = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.run_id);
+  if (q.type) sql += " AND type = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.type);
+  if (q.pack) sql += " AND pack = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.pack);
+  if (q.since) sql += " AND time >= ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.since);
+  sql += q.limit > 0 ? " ORDER BY seq DESC LIMIT " + std::to_string(q.limit) : " ORDER BY seq";
+  auto st = prepare(db_, path_, sql);
+  if (!st) return st.error();
+  st->bind(1, q.after_seq);
+  for (size_t i = 0; i < binds.size(); ++i) st->bind(static_cast<int>(i + 2), *binds[i]);
+  std::vector<StoredEvent> out;
+  int rc = 0;
+  while ((rc = st->step()) == SQLITE_ROW) {
+    out.push_back({st->integer(0), st->text(1), st->text(2), st->text(3), st->text(4), st->text(5), st->text(6)});
+  }
+  if (rc != SQLITE_DONE) {
+    if (is_corruption(rc)) return corrupt_error(db_, path_, sqlite3_errmsg(db_));
+    return db_error(db_, path_, "query events");
+  }
+  if (q.limit > 0) std::reverse(out.begin(), out.end());
+  return out;
+}
+
+Result<EventStore> EventStore::open(const fs::path& home) {
+  auto s = Store::open(home);
+  if (!s) return s.error();
+  return EventStore(std::move(s).value());
+}
+
+}  // namespace soyaos::moon

@@ -1,0 +1,140 @@
+// The Moon's SQLite store, $SOYAOS_HOME/moon.db (docs/moon.md): the registry's index of
+// pushed packs, the flags raised on pack versions (C8(4)) and the Scope events (E3, E4).
+//
+// Durability: WAL journal with synchronous=FULL, so a transaction is on disk (the WAL is
+// fsynced) when its COMMIT returns; every multi-row write is one transaction taken with
+// BEGIN IMMEDIATE (writers queue on the lock, busy_timeout 30 s, instead of failing on
+// a read-to-write upgrade). Any number of processes may open the store at once.
+// Library code: errors are values, nothing is printed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+struct sqlite3;
+
+namespace soyaos::moon {
+
+// Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
+inline constexpr int kSchemaVersion = 1;
+
+// $SOYAOS_HOME, else $XDG_DATA_HOME/soyaos, else $HOME/.local/share/soyaos. Not created.
+Result<std::filesystem::path> default_home();
+
+// One pushed pack version (a row of `packs`).
+struct PackRecord {
+  int64_t id = 0;               // insertion order (AUTOINCREMENT): "pushed later" is id >
+  std::string name;
+  std::string version;
+  std::string digest;           // "sha256:HEX" of the canonical archive (the layer blob)
+  std::string tree_digest;      // "sha256:HEX" of common/digest.h tree_digest() of the pack
+  std::string oci_manifest;     // "sha256:HEX" of the OCI image manifest blob
+  int64_t oci_manifest_size = 0;
+  int64_t size = 0;             // archive bytes
+  std::string pushed_at;        // RFC 3339 UTC
+  std::string manifest;         // soyapack.yaml as pushed
+};
+
+// One flag raised on NAME@VERSION by a run with a violation (a row of `flags`).
+struct FlagRecord {
+  int64_t id = 0;
+  std::string name;
+  std::string version;
+  std::string run_id;
+  std::string violation;        // the capability_violation event (JSON text)
+  std::string flagged_at;       // RFC 3339 UTC
+  bool cleared = false;         // by `soyaos pack unflag`
+  std::string cleared_at;
+  // Cleared, or a newer version (semver) of the pack was pushed after the flag.
+  bool active = false;
+  std::string superseded_by;    // that newer version, when there is one
+};
+
+// One stored Scope event.
+struct StoredEvent {
+  int64_t seq = 0;              // store-wide, increasing: `scope tail -f` polls by it
+  std::string time;
+  std::string type;
+  std::string run_id;
+  std::string pack;
+  std::string version;
+  std::string json;             // the event as appended (one line of JSON)
+};
+
+struct EventQuery {
+  std::optional<std::string> run_id;
+  std::optional<std::string> type;
+  std::optional<std::string> pack;
+  std::optional<std::string> since;  // RFC 3339 UTC; events with time >= since
+  int64_t after_seq = 0;             // only seq > after_seq
+  int64_t limit = 0;                 // the LAST `limit` matches (0: all); result in seq order
+};
+
+class Store {
+ public:
+  // Opens (creating when missing) HOME/moon.db and brings the schema up to date.
+  // A corrupt file or one that is not a database is an error naming the file, with what
+  // PRAGMA quick_check says when it can run.
+  static Result<Store> open(const std::filesystem::path& home);
+
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  ~Store();
+
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+
+  // ---- packs ----
+  Result<std::optional<PackRecord>> pack(const std::string& name, const std::string& version);
+  // Every pack, by name then semver.
+  Result<std::vector<PackRecord>> packs();
+  // The most recently pushed pack whose archive digest or tree digest is `digest`.
+  Result<std::optional<PackRecord>> pack_by_digest(const std::string& digest);
+  // Inserts the pack and its `pack_pushed` event in one transaction. False (nothing
+  // written) when NAME@VERSION is already there.
+  Result<bool> insert_pack(const PackRecord& pack, const nlohmann::ordered_json& pushed_event);
+
+  // ---- flags ----
+  // Records a flag; one per (name, version, run_id): false when that run already flagged it.
+  Result<bool> add_flag(const std::string& name, const std::string& version, const std::string& run_id,
+                        const std::string& violation_json);
+  // Every flag of NAME@VERSION, oldest first, with `active` computed.
+  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version);
+  // Clears the uncleared flags of NAME@VERSION; returns how many.
+  Result<int> clear_flags(const std::string& name, const std::string& version);
+
+  // ---- events ----
+  // All of `events` in one durable transaction, or none of them. Each must be a JSON
+  // object; `time`, `type` and data.{run_id,pack,version} are indexed when present.
+  Status append_events(std::span<const nlohmann::ordered_json> events);
+  Result<std::vector<StoredEvent>> query_events(const EventQuery& query);
+
+ private:
+  Store() = default;
+  Status init_schema();
+  sqlite3* db_ = nullptr;
+  std::filesystem::path path_;
+};
+
+// The Scope store API for `soyaos run` (E3, E4): append() returns only after the events
+// are durable (one transaction, WAL fsynced at commit). Safe across processes.
+class EventStore {
+ public:
+  static Result<EventStore> open(const std::filesystem::path& home);
+  Status append(std::span<const nlohmann::ordered_json> events) { return store_.append_events(events); }
+  Result<std::vector<StoredEvent>> query(const EventQuery& q) { return store_.query_events(q); }
+
+ private:
+  explicit EventStore(Store s) : store_(std::move(s)) {}
+  Store store_;
+};
+
+}  // namespace soyaos::moon
