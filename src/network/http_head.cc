@@ -1,0 +1,275 @@
+#include "network/http_head.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace soyaos::network {
+namespace {
+
+// RFC 9110 5.6.2: tchar.
+bool is_tchar(uint8_t c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+// RFC 9110 5.5: field-value bytes (VCHAR, obs-text, SP, HTAB).
+bool is_field_byte(uint8_t c) { return c == '\t' || c == ' ' || (c >= 0x21 && c != 0x7f); }
+
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+}
+
+bool istarts_with(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool fail(std::string& why, std::string reason) {
+  why = std::move(reason);
+  return false;
+}
+
+template <typename T>
+T to_number(std::string_view digits) {
+  T n = 0;
+  (void)std::from_chars(digits.data(), digits.data() + digits.size(), n);  // callers checked the digits and length
+  return n;
+}
+
+HttpHeadParse invalid(std::string reason) {
+  HttpHeadParse p;
+  p.status = ParseStatus::invalid;
+  p.reason = "http: " + std::move(reason);
+  return p;
+}
+
+// A DNS host name as the gateway matches it: letters, digits, '-', '_', dots between
+// non-empty labels of at most 63 bytes, at most 253 bytes; lower-cased into `out`.
+bool parse_reg_name(std::string_view s, std::string& out) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t label = 0;
+  out.clear();
+  for (char c : s) {
+    c = lower(c);
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+    } else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_') {
+      if (++label > 63) return false;
+    } else {
+      return false;
+    }
+    out += c;
+  }
+  return label != 0;
+}
+
+// RFC 9110 7.2: Host = uri-host [ ":" port ]; we accept a reg-name or an IP literal.
+bool parse_host(std::string_view v, HttpHead& h, std::string& why) {
+  std::string_view host = v;
+  std::string_view port;
+  bool has_port = false;
+  if (!v.empty() && v.front() == '[') {
+    const size_t close = v.find(']');
+    if (close == std::string_view::npos) return fail(why, "Host has an unclosed IPv6 bracket");
+    const std::string_view inner = v.substr(1, close - 1);
+    const bool ok = inner.size() >= 2 && inner.size() <= 45 && inner.find(':') != std::string_view::npos &&
+                    std::all_of(inner.begin(), inner.end(), [](char c) {
+                      c = lower(c);
+                      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == ':' || c == '.';
+                    });
+    if (!ok) return fail(why, "Host has an invalid IPv6 literal");
+    h.host = "[";
+    for (char c : inner) h.host += lower(c);
+    h.host += ']';
+    const std::string_view rest = v.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return fail(why, "Host has bytes after its IPv6 literal");
+      has_port = true;
+      port = rest.substr(1);
+    }
+  } else {
+    const size_t colon = v.find(':');
+    if (colon != std::string_view::npos) {
+      host = v.substr(0, colon);
+      port = v.substr(colon + 1);
+      has_port = true;
+    }
+    if (!parse_reg_name(host, h.host)) return fail(why, "Host is not a valid host name");
+  }
+  if (has_port) {
+    if (!all_digits(port) || port.size() > 5) return fail(why, "Host has an invalid port");
+    const auto n = to_number<uint32_t>(port);
+    if (n == 0 || n > 65535) return fail(why, "Host port out of range");
+    h.port = static_cast<uint16_t>(n);
+  }
+  return true;
+}
+
+bool parse_request_line(std::string_view line, HttpHead& h, std::string& why) {
+  const size_t sp1 = line.find(' ');
+  if (sp1 == std::string_view::npos || sp1 == 0) return fail(why, "request line has no method");
+  h.method = std::string(line.substr(0, sp1));
+  if (!std::all_of(h.method.begin(), h.method.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
+    return fail(why, "method is not a token");
+  }
+  const size_t sp2 = line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return fail(why, "request line has no target");
+  h.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
+  for (char c : h.target) {
+    const auto u = static_cast<uint8_t>(c);
+    if (u < 0x21 || u > 0x7e || c == '#') return fail(why, "request target has a byte that is not allowed");
+  }
+  const std::string_view version = line.substr(sp2 + 1);
+  if (version == "HTTP/1.1") {
+    h.minor_version = 1;
+  } else if (version == "HTTP/1.0") {
+    h.minor_version = 0;
+  } else {
+    return fail(why, "version is not HTTP/1.0 or HTTP/1.1");
+  }
+  const std::string_view t = h.target;
+  if (h.method == "CONNECT") {
+    h.target_form = TargetForm::authority;
+    return true;
+  }
+  if (t == "*") {
+    if (h.method != "OPTIONS") return fail(why, "asterisk target with a method other than OPTIONS");
+    h.target_form = TargetForm::asterisk;
+    return true;
+  }
+  if (t.front() == '/') {
+    h.target_form = TargetForm::origin;
+    return true;
+  }
+  // absolute-form: scheme ":" ... (RFC 3986 3.1: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ))
+  const size_t colon = t.find(':');
+  const auto scheme_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+  };
+  if (colon != std::string_view::npos && colon > 0 && ((t[0] | 0x20) >= 'a' && (t[0] | 0x20) <= 'z') &&
+      std::all_of(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(colon), scheme_char)) {
+    h.target_form = TargetForm::absolute;
+    return true;
+  }
+  return fail(why, "request target is not in origin, absolute, authority or asterisk form");
+}
+
+struct FieldState {
+  size_t hosts = 0;
+  size_t content_lengths = 0;
+  size_t transfer_encodings = 0;
+};
+
+bool parse_field(std::string_view line, HttpHead& h, FieldState& st, std::string& why) {
+  if (line.front() == ' ' || line.front() == '\t') return fail(why, "obsolete line folding");
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return fail(why, "header field without a colon");
+  const std::string_view name = line.substr(0, colon);
+  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
+    return fail(why, "header field name is not a token");
+  }
+  std::string_view value = line.substr(colon + 1);
+  if (!std::all_of(value.begin(), value.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
+    return fail(why, "header field value has a control byte");
+  }
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+
+  if (iequals(name, "host")) {
+    if (++st.hosts > 1) return fail(why, "more than one Host field");
+    if (!parse_host(value, h, why)) return false;
+  } else if (iequals(name, "content-length")) {
+    if (++st.content_lengths > 1) return fail(why, "more than one Content-Length field");
+    if (!all_digits(value) || value.size() > 18) return fail(why, "Content-Length is not a decimal number");
+    h.content_length = to_number<uint64_t>(value);
+  } else if (iequals(name, "transfer-encoding")) {
+    if (++st.transfer_encodings > 1) return fail(why, "more than one Transfer-Encoding field");
+    std::string_view last = value.substr(value.rfind(',') == std::string_view::npos ? 0 : value.rfind(',') + 1);
+    while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.remove_prefix(1);
+    if (!iequals(last, "chunked")) return fail(why, "Transfer-Encoding does not end with chunked");
+    h.chunked = true;
+  }
+  if (iequals(name, "forwarded") || istarts_with(name, "x-forwarded-") || istarts_with(name, "proxy-")) {
+    h.proxy_fields = true;
+  }
+  h.fields.emplace_back(std::string(name), std::string(value));
+  return true;
+}
+
+}  // namespace
+
+std::string_view to_string(TargetForm f) {
+  switch (f) {
+    case TargetForm::origin: return "origin";
+    case TargetForm::absolute: return "absolute";
+    case TargetForm::authority: return "authority";
+    case TargetForm::asterisk: return "asterisk";
+  }
+  return "unknown";
+}
+
+HttpHeadParse parse_http_head(std::span<const uint8_t> bytes) {
+  const std::string_view in(reinterpret_cast<const char*>(bytes.data()), std::min(bytes.size(), kHttpMaxHead));
+  HttpHeadParse p;
+  HttpHead& h = p.head;
+  FieldState st;
+  std::string why;
+  size_t at = 0;
+  size_t lines = 0;
+  for (;;) {
+    const size_t lf = in.find('\n', at);
+    if (lf == std::string_view::npos) {
+      // An unfinished line: reject what can already be seen to be wrong.
+      const std::string_view part = in.substr(at);
+      for (size_t i = 0; i < part.size(); ++i) {
+        const auto c = static_cast<uint8_t>(part[i]);
+        if (c == '\r' && i + 1 < part.size()) return invalid("bare CR");
+        if (c != '\r' && !is_field_byte(c)) return invalid("control byte in the request head");
+      }
+      if (lines == 0) {
+        const std::string_view method = part.substr(0, part.find(' '));
+        if (!std::all_of(method.begin(), method.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
+          return invalid("method is not a token");
+        }
+      }
+      if (bytes.size() >= kHttpMaxHead) return invalid("head too large");
+      // The head ends with CRLF CRLF: a lower bound on what is still missing.
+      size_t more = 0;
+      if (part.empty()) {
+        more = lines > 0 ? 2 : 1;
+      } else {
+        more = (part.back() == '\r' ? 1 : 2) + 2;
+        if (lines > 0 && part == "\r") more = 1;
+      }
+      p.need = in.size() + more;
+      return p;
+    }
+    if (lf == at || in[lf - 1] != '\r') return invalid("bare LF");
+    const std::string_view line = in.substr(at, lf - 1 - at);
+    at = lf + 1;
+    if (line.find('\r') != std::string_view::npos) return invalid("bare CR");
+    if (lines == 0) {
+      if (!parse_request_line(line, h, why)) return invalid(why);
+    } else if (line.empty()) {
+      break;
+    } else {
+      if (lines > kHttpMaxFields) return invalid("more than 100 header fields");
+      if (!parse_field(line, h, st, why)) return invalid(why);
+    }
+    ++lines;
+  }
+  if (st.hosts == 0) return invalid("no Host field");
+  if (h.chunked && h.content_length) return invalid("both Content-Length and Transfer-Encoding");
+  if (h.chunked && h.minor_version == 0) return invalid("Transfer-Encoding in an HTTP/1.0 request");
+  h.head_size = at;
+  p.status = ParseStatus::complete;
+  return p;
+}
+
+}  // namespace soyaos::network

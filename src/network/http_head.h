@@ -1,0 +1,64 @@
+// The HTTP/1.x request head at the start of a TCP stream (RFC 9112 2-5, RFC 9110), for
+// the egress gateway's `http` check (SPEC.md C6): the Host must name the entry's host.
+// The gateway forwards the head unchanged, so the parser is strict wherever a lenient
+// upstream could read the same bytes differently. Pure function: no I/O, looks at no
+// more than 16 KiB, never crashes. docs/network-parsers.md explains the choices.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "network/parse_status.h"
+
+namespace soyaos::network {
+
+inline constexpr size_t kHttpMaxHead = 16384;  // request line + fields + the empty line
+inline constexpr size_t kHttpMaxFields = 100;
+
+enum class TargetForm {
+  origin,     // "/path?query": the only form a direct request to a server uses
+  absolute,   // "http://host/path": a proxy request; the gateway refuses it
+  authority,  // "host:port" with CONNECT: a tunnel request; the gateway refuses it
+  asterisk,   // "*" with OPTIONS
+};
+std::string_view to_string(TargetForm f);
+
+struct HttpHead {
+  std::string method;
+  std::string target;
+  TargetForm target_form = TargetForm::origin;
+  int minor_version = 1;  // HTTP/1.<minor>, 0 or 1
+  // From the one Host field: lower-cased, port split off; an IPv6 literal keeps its
+  // brackets ("[::1]") so it can never be mistaken for a name.
+  std::string host;
+  std::optional<uint16_t> port;
+  std::vector<std::pair<std::string, std::string>> fields;  // name and value as sent, OWS trimmed
+  std::optional<uint64_t> content_length;
+  bool chunked = false;  // a Transfer-Encoding field is present (its last coding must be chunked)
+  // Forwarded, X-Forwarded-* or Proxy-* fields: a request shaped for a proxy.
+  bool proxy_fields = false;
+  size_t head_size = 0;  // bytes up to and including the empty line's CRLF
+};
+
+struct HttpHeadParse {
+  ParseStatus status = ParseStatus::need_more;
+  HttpHead head;       // complete: the parsed head
+  size_t need = 0;     // need_more: at least this many bytes in total before it can complete
+  std::string reason;  // invalid: what was wrong ("head too large", ...)
+};
+
+// Parses the request head at the start of `bytes`: request line
+// `METHOD SP request-target SP HTTP/1.0|HTTP/1.1` CRLF, then at most 100 fields
+// `token ":" OWS value OWS` CRLF, then CRLF; at most 16 KiB in all. Lines end with CRLF
+// only: a bare LF or bare CR is invalid, as is obsolete line folding. Exactly one Host
+// field with a valid host[:port]. Content-Length and Transfer-Encoding together, or two
+// Content-Length fields, are invalid. Bytes after the head (a body) are not looked at.
+HttpHeadParse parse_http_head(std::span<const uint8_t> bytes);
+
+}  // namespace soyaos::network
