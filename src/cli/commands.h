@@ -17,6 +17,8 @@ inline constexpr int kExitUsage = 2;
 void register_pack_commands(CLI::App& app, CliContext& ctx);   // cmd_pack.cc: the `pack` group
 void register_pack_validate(CLI::App& pack, CliContext& ctx);  // cmd_pack_validate.cc
 void register_pack_lint(CLI::App& pack, CliContext& ctx);      // cmd_pack_lint.cc
+void register_pack_registry(CLI::App& pack, CliContext& ctx);  // cmd_pack_registry.cc: push, pull, list, inspect, unflag
+void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
 void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
 

@@ -28,6 +28,7 @@ int run_cli(int argc, char** argv) {
 
   register_pack_commands(app, ctx);
   register_run_command(app, ctx);
+  register_scope_commands(app, ctx);
   register_doctor_command(app, ctx);
 
   try {

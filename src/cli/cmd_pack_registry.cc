@@ -1,0 +1,244 @@
+// `soyaos pack push|pull|list|inspect|unflag` (SPEC.md T3, T4, C8(4)): the Moon's registry
+// in embedded mode, state under $SOYAOS_HOME (docs/moon.md).
+// Exit 0 success (also "already pushed"), 1 refused or failed, 2 usage error (including a
+// malformed NAME@VERSION). Results on stdout, errors on stderr.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "lint/report.h"
+#include "moon/registry.h"
+
+namespace soyaos::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+Result<moon::Registry> open_registry() {
+  auto home = moon::default_home();
+  if (!home) return home.error();
+  return moon::Registry::open(*home);
+}
+
+int fail(const char* cmd, const Error& e) {
+  std::fprintf(stderr, "soyaos pack %s: %s\n", cmd, e.describe().c_str());
+  return 1;
+}
+
+// Parses NAME@VERSION or prints why not; nullopt means exit 2.
+std::optional<moon::PackRef> ref_or_usage(const char* cmd, const std::string& text) {
+  std::string why;
+  auto ref = moon::parse_ref(text, why);
+  if (!ref) std::fprintf(stderr, "soyaos pack %s: %s\n", cmd, why.c_str());
+  return ref;
+}
+
+// "fs read /etc/shadow (openat: ENOENT)" for a capability_violation event; else its JSON.
+std::string violation_summary(const std::string& text) {
+  const json v = json::parse(text, nullptr, false);
+  if (v.is_discarded()) return text;
+  const json& d = v.contains("data") && v["data"].is_object() ? v["data"] : v;
+  if (!d.is_object() || !d.contains("resource")) return v.dump();
+  auto s = [&](const char* k) { return d.contains(k) && d[k].is_string() ? d[k].get<std::string>() : std::string(); };
+  std::string out = s("surface");
+  if (!s("access").empty()) out += " " + s("access");
+  out += " " + s("resource");
+  if (!s("syscall").empty()) out += " (" + s("syscall") + (s("errno").empty() ? "" : ": " + s("errno")) + ")";
+  return out;
+}
+
+int run_push(const std::string& dir, const CliContext& ctx) {
+  auto reg = open_registry();
+  if (!reg) return fail("push", reg.error());
+  auto r = reg->push(dir);
+  if (!r) return fail("push", r.error());
+  switch (r->outcome) {
+    case moon::PushOutcome::invalid:
+      for (const auto& d : r->diagnostics) std::fprintf(stderr, "%s\n", d.format().c_str());
+      std::fprintf(stderr, "soyaos pack push: refused: the manifest is invalid\n");
+      return 1;
+    case moon::PushOutcome::lint_errors:
+      std::fputs(lint::format_text(r->findings, false).c_str(), stderr);
+      std::fprintf(stderr, "soyaos pack push: refused: lint errors (see soyaos pack lint)\n");
+      return 1;
+    case moon::PushOutcome::conflict:
+      std::fprintf(stderr,
+                   "soyaos pack push: refused: %s@%s is already in the registry with different content "
+                   "(stored %s, this pack %s); bump the version\n",
+                   r->pack.name.c_str(), r->pack.version.c_str(), r->pack.digest.c_str(), r->attempted_digest.c_str());
+      return 1;
+    case moon::PushOutcome::already_pushed:
+    case moon::PushOutcome::pushed:
+      break;
+  }
+  if (!r->findings.empty()) std::fputs(lint::format_text(r->findings, false).c_str(), stderr);
+  std::printf("%s  %s@%s  %s\n", moon::to_string(r->outcome), r->pack.name.c_str(), r->pack.version.c_str(),
+              r->pack.digest.c_str());
+  (void)ctx;
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+int run_pull(const std::string& ref_text, std::string out) {
+  auto ref = ref_or_usage("pull", ref_text);
+  if (!ref) return kExitUsage;
+  if (out.empty()) out = ref->name;
+  auto reg = open_registry();
+  if (!reg) return fail("pull", reg.error());
+  auto p = reg->pull(*ref, out);
+  if (!p) return fail("pull", p.error());
+  std::printf("pulled  %s  %s  -> %s\n", ref->str().c_str(), p->digest.c_str(), out.c_str());
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+int run_list(const std::string& format) {
+  auto reg = open_registry();
+  if (!reg) return fail("list", reg.error());
+  auto packs = reg->list();
+  if (!packs) return fail("list", packs.error());
+  json arr = json::array();
+  for (const auto& p : *packs) {
+    auto flag = reg->active_flag(p.name, p.version);
+    if (!flag) return fail("list", flag.error());
+    const bool flagged = flag->has_value();
+    if (format == "json") {
+      arr.push_back({{"name", p.name}, {"version", p.version}, {"digest", p.digest}, {"tree_digest", p.tree_digest},
+                     {"size", p.size}, {"pushed_at", p.pushed_at}, {"flagged", flagged}});
+    } else {
+      std::printf("%s@%s  %s%s\n", p.name.c_str(), p.version.c_str(), p.digest.c_str(), flagged ? "  [flagged]" : "");
+    }
+  }
+  if (format == "json") std::printf("%s\n", arr.dump(2).c_str());
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+int run_inspect(const std::string& ref_text, const std::string& format) {
+  auto ref = ref_or_usage("inspect", ref_text);
+  if (!ref) return kExitUsage;
+  auto reg = open_registry();
+  if (!reg) return fail("inspect", reg.error());
+  auto p = reg->get(*ref);
+  if (!p) return fail("inspect", p.error());
+  auto flags = reg->flags(ref->name, ref->version);
+  if (!flags) return fail("inspect", flags.error());
+  bool flagged = false;
+  for (const auto& f : *flags) flagged = flagged || f.active;
+  if (format == "json") {
+    json fl = json::array();
+    for (const auto& f : *flags) {
+      json v = json::parse(f.violation, nullptr, false);
+      fl.push_back({{"run_id", f.run_id},
+                    {"flagged_at", f.flagged_at},
+                    {"active", f.active},
+                    {"cleared", f.cleared},
+                    {"cleared_at", f.cleared ? json(f.cleared_at) : json(nullptr)},
+                    {"superseded_by", f.superseded_by.empty() ? json(nullptr) : json(f.superseded_by)},
+                    {"violation", v.is_discarded() ? json(f.violation) : v}});
+    }
+    auto manifest = moon::yaml_to_json(p->manifest);
+    json doc = {{"name", p->name},
+                {"version", p->version},
+                {"digest", p->digest},
+                {"tree_digest", p->tree_digest},
+                {"oci_manifest", p->oci_manifest},
+                {"size", p->size},
+                {"pushed_at", p->pushed_at},
+                {"flagged", flagged},
+                {"flags", std::move(fl)},
+                {"manifest", manifest ? *manifest : json(nullptr)},
+                {"manifest_text", p->manifest}};
+    std::printf("%s\n", doc.dump(2).c_str());
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
+  std::printf("name:         %s\n", p->name.c_str());
+  std::printf("version:      %s\n", p->version.c_str());
+  std::printf("digest:       %s\n", p->digest.c_str());
+  std::printf("tree digest:  %s\n", p->tree_digest.c_str());
+  std::printf("size:         %lld bytes\n", static_cast<long long>(p->size));
+  std::printf("pushed:       %s\n", p->pushed_at.c_str());
+  std::printf("flagged:      %s\n", flagged ? "yes" : "no");
+  if (!flags->empty()) {
+    std::printf("flags:\n");
+    for (const auto& f : *flags) {
+      std::string state = f.active ? "active" : f.cleared ? "cleared " + f.cleared_at : "superseded by " + f.superseded_by;
+      std::printf("  %s  run %s  [%s]  %s\n", f.flagged_at.c_str(), f.run_id.c_str(), state.c_str(),
+                  violation_summary(f.violation).c_str());
+    }
+  }
+  std::printf("manifest:\n");
+  std::string line;
+  for (char c : p->manifest) {
+    if (c == '\n') {
+      std::printf("  %s\n", line.c_str());
+      line.clear();
+    } else {
+      line += c;
+    }
+  }
+  if (!line.empty()) std::printf("  %s\n", line.c_str());
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+int run_unflag(const std::string& ref_text) {
+  auto ref = ref_or_usage("unflag", ref_text);
+  if (!ref) return kExitUsage;
+  auto reg = open_registry();
+  if (!reg) return fail("unflag", reg.error());
+  auto n = reg->unflag(ref->name, ref->version);
+  if (!n) return fail("unflag", n.error());
+  if (*n == 0) {
+    auto p = reg->get(*ref);
+    if (!p) return fail("unflag", p.error());
+    std::printf("not flagged  %s\n", ref->str().c_str());
+  } else {
+    std::printf("unflagged  %s  (%d flag%s cleared)\n", ref->str().c_str(), *n, *n == 1 ? "" : "s");
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void register_pack_registry(CLI::App& pack, CliContext& ctx) {
+  {
+    auto dir = std::make_shared<std::string>(".");
+    auto* cmd = pack.add_subcommand("push", "Validate, lint and store a pack in the registry (content-addressed)");
+    cmd->add_option("DIR", *dir, "Pack directory (default: the current directory)");
+    cmd->callback([dir, &ctx] { ctx.exit_code = run_push(*dir, ctx); });
+  }
+  {
+    auto ref = std::make_shared<std::string>();
+    auto out = std::make_shared<std::string>();
+    auto* cmd = pack.add_subcommand("pull", "Extract NAME@VERSION from the registry (verified against its digest)");
+    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    cmd->add_option("-o,--output", *out, "Directory to create (default: ./NAME); must not exist or be empty");
+    cmd->callback([ref, out, &ctx] { ctx.exit_code = run_pull(*ref, *out); });
+  }
+  {
+    auto format = std::make_shared<std::string>("text");
+    auto* cmd = pack.add_subcommand("list", "List the packs in the registry");
+    cmd->add_option("--format", *format, "Output format: text (default) or json")
+        ->check(CLI::IsMember({"text", "json"}));
+    cmd->callback([format, &ctx] { ctx.exit_code = run_list(*format); });
+  }
+  {
+    auto ref = std::make_shared<std::string>();
+    auto format = std::make_shared<std::string>("text");
+    auto* cmd = pack.add_subcommand("inspect", "Show a pushed pack: manifest, digest, flags");
+    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    cmd->add_option("--format", *format, "Output format: text (default) or json")
+        ->check(CLI::IsMember({"text", "json"}));
+    cmd->callback([ref, format, &ctx] { ctx.exit_code = run_inspect(*ref, *format); });
+  }
+  {
+    auto ref = std::make_shared<std::string>();
+    auto* cmd = pack.add_subcommand("unflag", "Clear the flags a violation raised on NAME@VERSION");
+    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    cmd->callback([ref, &ctx] { ctx.exit_code = run_unflag(*ref); });
+  }
+}
+
+}  // namespace soyaos::cli
