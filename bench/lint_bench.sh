@@ -3,7 +3,7 @@
 # 100k tools and as many egress entries (bench/gen_manifest.py), runs `soyaos pack lint`
 # and `pack validate` on each under /usr/bin/time (wall time, peak RSS), and lint_bench,
 # which times the lint engine alone on the same mix built in memory: packs over the
-# parser's 1 MiB cap (kMaxManifestBytes) are refused by the CLI, so for them only
+# parser's 4 MiB cap (kMaxManifestBytes) are refused by the CLI, so for them only
 # lint_bench measures lint. Prints the growth ratio of lint time between sizes.
 #
 # Usage: bench/lint_bench.sh [BUILD_DIR]   (default: build; needs add_subdirectory(bench))
@@ -19,7 +19,7 @@ bench="$build/bench/lint_bench"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-max_bytes=$((1 << 20))
+max_bytes=$((4 << 20))
 
 # timed LABEL CMD...: prints "LABEL  WALL s PEAK KB  (exit N)"
 timed() {
@@ -41,7 +41,7 @@ for n in 1000 10000 100000; do
     timed "pack lint --strict" "$soyaos" pack lint "$dir" --strict
     timed "pack lint --format json" "$soyaos" pack lint "$dir" --format json
   else
-    echo "  pack validate/lint       skipped: over the parser's 1 MiB cap (kMaxManifestBytes)"
+    echo "  pack validate/lint       skipped: over the parser's 4 MiB cap (kMaxManifestBytes)"
   fi
   line="$("$bench" "$n")"
   echo "  lint_bench               $line"

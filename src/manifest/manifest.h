@@ -142,7 +142,7 @@ struct LoadResult {
 };
 
 // Upper bound on soyapack.yaml's size; larger files are refused before parsing.
-inline constexpr std::size_t kMaxManifestBytes = 1 << 20;  // 1 MiB
+inline constexpr std::size_t kMaxManifestBytes = std::size_t{4} << 20;  // 4 MiB
 
 // Reads DIR/soyapack.yaml, parses and validates it (M1-M6) including filesystem checks
 // (entrypoint exists inside the pack, manifest not a symlink leading outside...).

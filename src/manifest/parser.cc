@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <map>
 #include <string_view>
+#include <unordered_set>
 
 #include "manifest/manifest.h"
 #include "manifest/rules.h"
@@ -311,11 +312,14 @@ class ManifestParser {
   void parse_tools(const YNode& n, std::vector<Tool>& tools) {
     auto f = w_.fields(n, "tools", {}, /*any_keys=*/true);
     if (!f) return;
+    // Skip duplicates (already reported): only the first definition counts. A hash set,
+    // not Fields::get, so that a pack with many tools is parsed in linear time.
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(n.map_size());
     for (std::size_t i = 0; i < n.map_size(); ++i) {
       const YNode& key = n.key(i);
       if (key.kind != Kind::scalar) continue;
-      // Skip duplicates (already reported): only the first definition is in `f`.
-      if (f->get(key.value) != &n.val(i)) continue;
+      if (!seen.insert(key.value).second) continue;
       const std::string path = join("tools", key.value);
       if (!detail::is_item_name(key.value)) {
         w_.error(key, path, "tool name must match ^[a-z][a-z0-9_-]{0,62}$");
@@ -571,6 +575,11 @@ class ManifestParser {
       w_.error(n, "examples", std::string("must be a list, got ") + describe(n));
       return;
     }
+    // Hash sets keep this linear in tools + examples (packs may be generated and large).
+    std::unordered_set<std::string_view> tool_names;
+    tool_names.reserve(m.tools.size());
+    for (const Tool& t : m.tools) tool_names.insert(t.name);
+    std::unordered_set<std::string> example_names;
     for (std::size_t i = 0; i < n.items.size(); ++i) {
       const YNode& item = n.items[i];
       const std::string path = index("examples", i);
@@ -583,7 +592,7 @@ class ManifestParser {
         if (auto s = w_.string(*v, join(path, "name"))) {
           if (!detail::is_item_name(*s)) {
             w_.error(*v, join(path, "name"), quote(*s) + " must match ^[a-z][a-z0-9_-]{0,62}$");
-          } else if (std::any_of(m.examples.begin(), m.examples.end(), [&](const Example& e) { return e.name == *s; })) {
+          } else if (!example_names.insert(*s).second) {
             w_.error(*v, join(path, "name"), "duplicate example name " + quote(*s));
           } else {
             ex.name = *s;
@@ -610,9 +619,7 @@ class ManifestParser {
           for (std::size_t j = 0; j < v->items.size(); ++j) {
             auto s = w_.string(v->items[j], index(tpath, j));
             if (!s) continue;
-            const bool declared =
-                std::any_of(m.tools.begin(), m.tools.end(), [&](const Tool& t) { return t.name == *s; });
-            if (!declared) {
+            if (tool_names.count(*s) == 0) {
               w_.error(v->items[j], index(tpath, j), "names no tool declared under tools: " + quote(*s));
               continue;
             }

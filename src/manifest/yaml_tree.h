@@ -29,7 +29,7 @@ struct YNode {
 };
 
 inline constexpr int kMaxDepth = 64;           // nested mappings/sequences
-inline constexpr std::size_t kMaxNodes = 65536;
+inline constexpr std::size_t kMaxNodes = 262144;
 // How far yaml-cpp may read past the last node it reported: bounds the scanner's token
 // queue, and so the longest single scalar or unbroken flow collection.
 inline constexpr std::size_t kMaxLookahead = std::size_t{64} * 1024;

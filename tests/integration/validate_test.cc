@@ -118,7 +118,7 @@ TEST(PackValidate, HostileInputsFailCleanly) {
       {"not valid UTF-8", "name: \xff\n"},
       {"NUL byte", std::string("name: a\0b\n", 10)},
       {"nesting deeper", std::string(500, '[')},
-      {"larger than 1048576", std::string((1u << 20) + 10, '#')},
+      {"larger than 4194304", std::string((4u << 20) + 10, '#')},
       {"duplicate key", kManifest + "name: again\n"},
       {"tags", "name: !!binary aGk=\n"},
       {"invalid YAML", "name: [\n"},

@@ -139,7 +139,7 @@ TEST(ManifestLoad, OversizedManifestIsRefusedBeforeReading) {
   Pack p;
   p.valid();
   fs::resize_file(p.dir() / "soyapack.yaml", 64ULL << 20);  // sparse 64 MiB
-  EXPECT_NE(only_error(load_pack(p.dir())).message.find("larger than 1048576 bytes"), std::string::npos);
+  EXPECT_NE(only_error(load_pack(p.dir())).message.find("larger than 4194304 bytes"), std::string::npos);
 }
 
 TEST(ManifestLoad, EntrypointMustExist) {
