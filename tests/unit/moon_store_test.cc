@@ -1,0 +1,196 @@
+// The Moon's SQLite store (moon/store.h): events in, filtered events out, many writer
+// processes at once without a loss, corrupt files named in the error.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+#include <vector>
+
+#include "moon/store.h"
+#include "moon_test_util.h"
+#include "scope/events.h"
+
+namespace soyaos::moon {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using testing::TmpDir;
+using testing::write_file;
+
+json event(const std::string& type, const std::string& run, const std::string& pack, const std::string& time = "") {
+  scope::RunContext ctx{"host", run, pack, "1.0.0", "sha256:00"};
+  json e = scope::make_event(ctx, type, {{"n", 1}});
+  if (!time.empty()) e["time"] = time;
+  return e;
+}
+
+TEST(MoonStore, AppendThenQueryByEachFilter) {
+  TmpDir t;
+  auto store = EventStore::open(t.path());
+  ASSERT_TRUE(store) << store.error().describe();
+  std::vector<json> batch = {
+      event("run_started", "R1", "alpha", "2026-11-29T10:00:00.000000Z"),
+      event("capability_violation", "R1", "alpha", "2026-11-29T10:00:01.000000Z"),
+      event("run_finished", "R1", "alpha", "2026-11-29T10:00:02.000000Z"),
+      event("run_started", "R2", "beta", "2026-11-29T11:00:00.000000Z"),
+      event("run_finished", "R2", "beta", "2026-11-29T11:00:05.000000Z"),
+  };
+  ASSERT_TRUE(store->append(batch));
+
+  auto all = store->query({});
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 5U);
+  for (size_t i = 1; i < all->size(); ++i) EXPECT_GT((*all)[i].seq, (*all)[i - 1].seq);
+  EXPECT_EQ(json::parse((*all)[1].json), batch[1]);  // stored exactly
+
+  EventQuery q;
+  q.run_id = "R1";
+  EXPECT_EQ(store->query(q)->size(), 3U);
+  q = {};
+  q.type = "run_finished";
+  EXPECT_EQ(store->query(q)->size(), 2U);
+  q = {};
+  q.pack = "beta";
+  EXPECT_EQ(store->query(q)->size(), 2U);
+  q = {};
+  q.since = "2026-11-29T10:30";
+  EXPECT_EQ(store->query(q)->size(), 2U);
+  q = {};
+  q.type = "run_started";
+  q.pack = "alpha";
+  auto one = store->query(q);
+  ASSERT_EQ(one->size(), 1U);
+  EXPECT_EQ((*one)[0].run_id, "R1");
+  EXPECT_EQ((*one)[0].version, "1.0.0");
+  q = {};
+  q.limit = 2;  // the two most recent, oldest first
+  auto last = store->query(q);
+  ASSERT_EQ(last->size(), 2U);
+  EXPECT_EQ((*last)[0].type, "run_started");
+  EXPECT_EQ((*last)[1].type, "run_finished");
+  EXPECT_EQ((*last)[1].run_id, "R2");
+  q = {};
+  q.after_seq = (*all)[3].seq;
+  EXPECT_EQ(store->query(q)->size(), 1U);
+}
+
+TEST(MoonStore, BatchIsAllOrNothing) {
+  TmpDir t;
+  auto store = EventStore::open(t.path());
+  ASSERT_TRUE(store);
+  std::vector<json> batch = {event("run_started", "R1", "a"), json::array({1, 2})};
+  EXPECT_FALSE(store->append(batch));
+  EXPECT_TRUE(store->query({})->empty());
+}
+
+TEST(MoonStore, TwentyWriterProcessesLoseNothing) {
+  TmpDir t;
+  ASSERT_TRUE(EventStore::open(t.path()));  // not required, but the usual case
+  constexpr int kWriters = 20, kEach = 500, kBatch = 25;
+  std::vector<pid_t> kids;
+  for (int w = 0; w < kWriters; ++w) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto s = EventStore::open(t.path());
+      if (!s) _exit(10);
+      for (int i = 0; i < kEach; i += kBatch) {
+        std::vector<json> batch;
+        for (int j = 0; j < kBatch; ++j) {
+          json e = event("dns_query", "W" + std::to_string(w), "p");
+          e["data"]["i"] = i + j;
+          batch.push_back(std::move(e));
+        }
+        if (!s->append(batch)) _exit(11);
+      }
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer status " << status;
+  }
+  auto store = EventStore::open(t.path());
+  ASSERT_TRUE(store);
+  auto all = store->query({});
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), static_cast<size_t>(kWriters * kEach));
+  std::set<std::pair<std::string, int>> seen;
+  for (const auto& e : *all) seen.emplace(e.run_id, json::parse(e.json)["data"]["i"].get<int>());
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kWriters * kEach));
+  EventQuery q;
+  q.run_id = "W7";
+  EXPECT_EQ(store->query(q)->size(), static_cast<size_t>(kEach));
+}
+
+TEST(MoonStore, CorruptDatabaseIsNamed) {
+  TmpDir t;
+  write_file(t.path() / "moon.db", std::string(8192, 'x'));
+  auto s = Store::open(t.path());
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find((t.path() / "moon.db").string()), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("corrupt"), std::string::npos) << s.error().message;
+}
+
+TEST(MoonStore, CorruptPagesAreReportedByQuickCheck) {
+  TmpDir t;
+  {
+    auto s = EventStore::open(t.path());
+    ASSERT_TRUE(s);
+    std::vector<json> batch;
+    for (int i = 0; i < 2000; ++i) batch.push_back(event("dns_query", "R", "p"));
+    ASSERT_TRUE(s->append(batch));
+  }
+  // Checkpointed into moon.db on close; now scribble over its middle pages.
+  std::string bytes = testing::read_file(t.path() / "moon.db");
+  ASSERT_GT(bytes.size(), 64U * 1024);
+  for (size_t i = 16 * 1024; i < bytes.size() - 4096; ++i) bytes[i] = static_cast<char>(i * 7);
+  write_file(t.path() / "moon.db", bytes);
+  std::error_code ec;
+  fs::remove(t.path() / "moon.db-wal", ec);
+  fs::remove(t.path() / "moon.db-shm", ec);
+  auto s = EventStore::open(t.path());
+  Result<std::vector<StoredEvent>> q = s ? s->query({}) : Result<std::vector<StoredEvent>>(s.error());
+  ASSERT_FALSE(q);
+  EXPECT_NE(q.error().message.find("moon.db"), std::string::npos) << q.error().message;
+}
+
+TEST(MoonStore, NewerSchemaIsRefused) {
+  TmpDir t;
+  ASSERT_TRUE(Store::open(t.path()));
+  // Bump user_version behind the store's back with a second connection.
+  {
+    auto s = Store::open(t.path());
+    ASSERT_TRUE(s);
+  }
+  ASSERT_EQ(std::system(("python3 -c \"import sqlite3; c=sqlite3.connect('" + (t.path() / "moon.db").string() +
+                         "'); c.execute('PRAGMA user_version=99'); c.commit()\"")
+                            .c_str()),
+            0);
+  auto s = Store::open(t.path());
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
+}
+
+TEST(MoonStore, DefaultHome) {
+  const char* keep = std::getenv("SOYAOS_HOME");
+  std::string saved = keep != nullptr ? keep : "";
+  ::setenv("SOYAOS_HOME", "/x/home", 1);
+  EXPECT_EQ(default_home().value(), fs::path("/x/home"));
+  ::unsetenv("SOYAOS_HOME");
+  ::setenv("XDG_DATA_HOME", "/x/data", 1);
+  EXPECT_EQ(default_home().value(), fs::path("/x/data/soyaos"));
+  ::unsetenv("XDG_DATA_HOME");
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h == '/') {
+    EXPECT_EQ(default_home().value(), fs::path(h) / ".local/share/soyaos");
+  }
+  if (keep != nullptr) ::setenv("SOYAOS_HOME", saved.c_str(), 1);
+}
+
+}  // namespace
+}  // namespace soyaos::moon
