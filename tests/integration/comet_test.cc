@@ -266,6 +266,19 @@ TEST_F(CometTest, MemfdExecIsEacces) {
   EXPECT_EQ(run.of_type("capability_violation").front()["data"]["surface"], "exec");
 }
 
+TEST_F(CometTest, ObserverSurvivesANotificationFloodFromManyThreads) {
+  // 8 threads x 500 allowed opens: every one answered, none lost.
+  expect_allowed(probe({"flood", "8", "500", "/workdir/probe.py"}), "ok 0");
+}
+
+TEST_F(CometTest, ViolationFloodIsCountedButEventsAreBounded) {
+  auto run = probe({"flood", "4", "1000", "/etc/shadow"});
+  EXPECT_EQ(run.result, "ok 4000");  // every open refused
+  EXPECT_EQ(run.output.exit_code, 3);
+  EXPECT_EQ(run.of_type("capability_violation").size(), 1000u);
+  EXPECT_EQ(run.events.back()["data"]["violations"], 4000);
+}
+
 TEST_F(CometTest, ThreadsWork) { expect_allowed(probe({"threads"}), "ok 4"); }
 
 // ---- time and randomness ----------------------------------------------------------------
