@@ -195,7 +195,14 @@ ClientHelloParse parse_client_hello(std::span<const uint8_t> in) {
         return invalid("record of content type " + std::to_string(in[at]) + ", not handshake");
       }
       if (in.size() > at + 1 && in[at + 1] != 3) return invalid("record version is not 3.x");
-      return need_more(at + kTlsRecordHeader);
+      // At least the next record header and one payload byte, or what the message lacks.
+      size_t missing = 1;
+      if (msg_size != 0) {
+        missing = msg_size - msg.size();
+      } else if (msg.size() < 4) {
+        missing = 4 - msg.size();
+      }
+      return need_more(at + kTlsRecordHeader + missing);
     }
     const uint8_t type = in[at];
     const uint16_t version = static_cast<uint16_t>((in[at + 1] << 8) | in[at + 2]);
