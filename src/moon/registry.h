@@ -11,9 +11,12 @@
 //
 // Crash safety: every blob is written to a temp file in blobs/sha256/, fsynced and renamed
 // to its digest (then the directory is fsynced), so a blob name always holds its full
-// content. The moon.db row is inserted only after the blobs are durable; index.json is
-// regenerated from moon.db (temp + fsync + rename) under a lock. moon.db is the source of
-// truth: a pack is pushed when its row is committed.
+// content. Under a lock (HOME/oci/.lock), index.json is regenerated (temp + fsync + rename)
+// from moon.db plus the new pack, and only then is the moon.db row committed. moon.db is
+// the source of truth: a pack is pushed when its row is committed. A push killed between
+// the two leaves index.json with one extra entry whose blobs are all present and valid;
+// the next push regenerates index.json from moon.db and drops it. So index.json never
+// lacks a pushed pack and never names a missing or partial blob.
 #pragma once
 
 #include <filesystem>
@@ -95,7 +98,8 @@ class Registry {
   Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) {
     return store_.flags(name, version);
   }
-  // Clears every active flag of NAME@VERSION; returns how many were cleared.
+  // Clears every flag of NAME@VERSION not cleared yet (superseded ones included); returns
+  // how many.
   Result<int> unflag(const std::string& name, const std::string& version) { return store_.clear_flags(name, version); }
 
   // The pushed pack whose tree digest (common/digest.h tree_digest(), what `soyaos run`
@@ -104,12 +108,15 @@ class Registry {
   Result<std::optional<PackRecord>> find_by_digest(const std::string& digest) { return store_.pack_by_digest(digest); }
 
   // Checks the OCI layout against moon.db: every pack's three blobs exist and match
-  // their digests, and index.json lists exactly the stored packs. Problems, one a line.
+  // their digests, index.json lists every stored pack, and every blob index.json names
+  // exists and matches. Problems, one a line (none: consistent).
   Result<std::vector<std::string>> verify();
 
  private:
   Registry(std::filesystem::path home, Store store) : home_(std::move(home)), store_(std::move(store)) {}
-  Status write_index();
+  // Rewrites index.json from moon.db plus `extra` (the pack being pushed). Call with the
+  // layout lock held.
+  Status write_index(const PackRecord* extra);
   std::filesystem::path home_;
   Store store_;
 };

@@ -1,0 +1,331 @@
+// The Moon's registry (moon/registry.h): push/pull round trips, content addressing,
+// refusals, tamper detection, flags (C8(4)), and crash safety under SIGKILL.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "common/digest.h"
+#include "moon/registry.h"
+#include "moon_test_util.h"
+
+namespace soyaos::moon {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using testing::make_pack;
+using testing::read_file;
+using testing::TmpDir;
+using testing::write_file;
+
+Registry open_reg(const fs::path& home) {
+  auto r = Registry::open(home);
+  EXPECT_TRUE(r) << r.error().describe();
+  return std::move(r).value();
+}
+
+PushResult push_ok(Registry& reg, const fs::path& dir) {
+  auto r = reg.push(dir);
+  EXPECT_TRUE(r) << r.error().describe();
+  return r ? std::move(r).value() : PushResult{};
+}
+
+TEST(MoonRegistry, PushThenPullGivesTheSameTree) {
+  TmpDir t;
+  make_pack(t.path() / "src", "demo", "1.0.0");
+  auto reg = open_reg(t.path() / "home");
+  auto r = push_ok(reg, t.path() / "src");
+  ASSERT_EQ(r.outcome, PushOutcome::pushed);
+  EXPECT_EQ(r.pack.tree_digest, tree_digest(t.path() / "src").value());
+  EXPECT_EQ(r.pack.manifest, read_file(t.path() / "src" / "soyapack.yaml"));
+
+  auto p = reg.pull({"demo", "1.0.0"}, t.path() / "out");
+  ASSERT_TRUE(p) << p.error().describe();
+  EXPECT_EQ(tree_digest(t.path() / "out").value(), r.pack.tree_digest);
+  EXPECT_EQ(read_file(t.path() / "out" / "main.py"), "print('hello')\n");
+  EXPECT_EQ(read_file(t.path() / "out" / "data/nested/deep/x.json"), "{\"a\":1}\n");
+
+  // OCI layout: oci-layout, index.json naming the ref, three blobs.
+  const fs::path oci = t.path() / "home" / "oci";
+  EXPECT_EQ(json::parse(read_file(oci / "oci-layout"))["imageLayoutVersion"], "1.0.0");
+  const json index = json::parse(read_file(oci / "index.json"));
+  ASSERT_EQ(index["manifests"].size(), 1U);
+  EXPECT_EQ(index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"], "demo@1.0.0");
+  const std::string mdig = index["manifests"][0]["digest"];
+  const json image = json::parse(read_file(oci / "blobs/sha256" / mdig.substr(7)));
+  EXPECT_EQ(image["layers"][0]["mediaType"], kPackMediaType);
+  EXPECT_EQ(image["layers"][0]["digest"], r.pack.digest);
+  const std::string cdig = image["config"]["digest"];
+  const json config = json::parse(read_file(oci / "blobs/sha256" / cdig.substr(7)));
+  EXPECT_EQ(config["manifest"]["name"], "demo");
+  EXPECT_EQ(config["manifest"]["capabilities"]["fs"]["read"][0], "/workdir");
+  EXPECT_TRUE(reg.verify().value().empty());
+
+  // pack_pushed went into the store.
+  EventQuery q;
+  q.type = "pack_pushed";
+  auto ev = reg.store().query_events(q);
+  ASSERT_EQ(ev->size(), 1U);
+  EXPECT_EQ((*ev)[0].pack, "demo");
+  EXPECT_EQ(json::parse((*ev)[0].json)["data"]["archive_digest"], r.pack.digest);
+}
+
+TEST(MoonRegistry, SameContentTwiceIsOneDigestDifferentContentIsRefused) {
+  TmpDir t;
+  make_pack(t.path() / "a", "demo", "1.0.0");
+  make_pack(t.path() / "b", "demo", "1.0.0");  // same content elsewhere
+  auto reg = open_reg(t.path() / "home");
+  auto first = push_ok(reg, t.path() / "a");
+  auto second = push_ok(reg, t.path() / "b");
+  EXPECT_EQ(first.outcome, PushOutcome::pushed);
+  EXPECT_EQ(second.outcome, PushOutcome::already_pushed);
+  EXPECT_EQ(first.pack.digest, second.pack.digest);
+  EXPECT_EQ(reg.list()->size(), 1U);
+
+  write_file(t.path() / "b" / "main.py", "print('changed')\n");
+  auto third = push_ok(reg, t.path() / "b");
+  EXPECT_EQ(third.outcome, PushOutcome::conflict);
+  EXPECT_EQ(third.pack.digest, first.pack.digest);
+  EXPECT_NE(third.attempted_digest, first.pack.digest);
+  // The refused content left no blob behind.
+  EXPECT_FALSE(fs::exists(t.path() / "home/oci/blobs/sha256" / third.attempted_digest.substr(7)));
+  EventQuery q;
+  q.type = "pack_pushed";
+  EXPECT_EQ(reg.store().query_events(q)->size(), 1U);
+}
+
+TEST(MoonRegistry, InvalidOrLintErrorPacksAreRefused) {
+  TmpDir t;
+  auto reg = open_reg(t.path() / "home");
+  write_file(t.path() / "bad" / "soyapack.yaml", "soyapack: v0\nname: Bad Name\n");
+  auto r = push_ok(reg, t.path() / "bad");
+  EXPECT_EQ(r.outcome, PushOutcome::invalid);
+  EXPECT_FALSE(r.diagnostics.empty());
+  // A side-effect tool in a read-only pack: a lint error.
+  make_pack(t.path() / "lint", "demo", "1.0.0");
+  write_file(t.path() / "lint" / "soyapack.yaml",
+             testing::pack_manifest("demo", "1.0.0") +
+                 "tools:\n  fetch:\n    kind: builtin.http_get\n    url: https://api.example.com/x\n");
+  r = push_ok(reg, t.path() / "lint");
+  EXPECT_EQ(r.outcome, PushOutcome::lint_errors);
+  EXPECT_TRUE(reg.list()->empty());
+}
+
+TEST(MoonRegistry, TamperedBlobIsRefusedAndNothingIsExtracted) {
+  TmpDir t;
+  make_pack(t.path() / "src", "demo", "1.0.0");
+  auto reg = open_reg(t.path() / "home");
+  auto r = push_ok(reg, t.path() / "src");
+  const fs::path blob = t.path() / "home/oci/blobs/sha256" / r.pack.digest.substr(7);
+  std::string bytes = read_file(blob);
+  const auto at = bytes.find("print('hello')");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 14, "print('pwned')");  // same size: the archive stays well-formed
+  write_file(blob, bytes);
+  auto p = reg.pull({"demo", "1.0.0"}, t.path() / "out");
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message.find(r.pack.digest), std::string::npos) << p.error().message;
+  EXPECT_NE(p.error().message.find("tampered"), std::string::npos) << p.error().message;
+  EXPECT_FALSE(fs::exists(t.path() / "out"));
+  // Malformed too (header clobbered): still reported as a digest mismatch.
+  bytes[0] = '/';
+  write_file(blob, bytes);
+  p = reg.pull({"demo", "1.0.0"}, t.path() / "out");
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message.find(r.pack.digest), std::string::npos) << p.error().message;
+  EXPECT_FALSE(reg.verify().value().empty());
+  // No temp directories left next to the destination.
+  for (const auto& e : fs::directory_iterator(t.path()))
+    EXPECT_EQ(e.path().filename().string().find(".out.pull"), std::string::npos) << e.path();
+}
+
+TEST(MoonRegistry, PullDestinationRules) {
+  TmpDir t;
+  make_pack(t.path() / "src", "demo", "1.0.0");
+  auto reg = open_reg(t.path() / "home");
+  push_ok(reg, t.path() / "src");
+  write_file(t.path() / "full" / "keep.txt", "mine\n");
+  auto p = reg.pull({"demo", "1.0.0"}, t.path() / "full");
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message.find("not empty"), std::string::npos);
+  EXPECT_EQ(read_file(t.path() / "full" / "keep.txt"), "mine\n");
+  fs::create_directories(t.path() / "empty");
+  EXPECT_TRUE(reg.pull({"demo", "1.0.0"}, t.path() / "empty"));
+  EXPECT_TRUE(fs::exists(t.path() / "empty" / "main.py"));
+  EXPECT_TRUE(reg.pull({"demo", "1.0.0"}, t.path() / "a" / "b" / "c"));
+  EXPECT_FALSE(reg.pull({"demo", "9.9.9"}, t.path() / "nine"));
+  write_file(t.path() / "afile", "x");
+  EXPECT_FALSE(reg.pull({"demo", "1.0.0"}, t.path() / "afile"));
+}
+
+TEST(MoonRegistry, FindByTreeOrArchiveDigest) {
+  TmpDir t;
+  make_pack(t.path() / "src", "demo", "1.0.0");
+  auto reg = open_reg(t.path() / "home");
+  auto r = push_ok(reg, t.path() / "src");
+  auto by_tree = reg.find_by_digest(tree_digest(t.path() / "src").value());
+  ASSERT_TRUE(by_tree && by_tree->has_value());
+  EXPECT_EQ((*by_tree)->version, "1.0.0");
+  auto by_archive = reg.find_by_digest(r.pack.digest);
+  ASSERT_TRUE(by_archive && by_archive->has_value());
+  EXPECT_EQ((*by_archive)->name, "demo");
+  EXPECT_FALSE(reg.find_by_digest("sha256:0000")->has_value());
+}
+
+TEST(MoonRegistry, FlagsLastUntilUnflagOrANewerVersion) {
+  TmpDir t;
+  auto reg = open_reg(t.path() / "home");
+  make_pack(t.path() / "v1", "demo", "1.0.0");
+  make_pack(t.path() / "v2", "demo", "2.0.0");
+  make_pack(t.path() / "v09", "demo", "0.9.0");
+  make_pack(t.path() / "v2rc", "demo", "2.0.0-rc.1");
+  make_pack(t.path() / "other", "other", "5.0.0");
+  push_ok(reg, t.path() / "v1");
+  EXPECT_FALSE(reg.active_flag("demo", "1.0.0")->has_value());
+
+  const json violation = {{"type", "capability_violation"},
+                          {"data", {{"surface", "fs"}, {"resource", "/etc/shadow"}, {"syscall", "openat"}}}};
+  EXPECT_TRUE(reg.flag("demo", "1.0.0", "RUN1", violation).value());
+  EXPECT_FALSE(reg.flag("demo", "1.0.0", "RUN1", violation).value());  // once per run
+  auto active = reg.active_flag("demo", "1.0.0");
+  ASSERT_TRUE(active && active->has_value());
+  EXPECT_EQ((*active)->run_id, "RUN1");
+  EXPECT_EQ(json::parse((*active)->violation), violation);
+
+  // Neither an older version, another pack, nor a pre-release of... well, 2.0.0-rc.1 IS
+  // newer than 1.0.0 in semver order; check the older ones first.
+  push_ok(reg, t.path() / "v09");
+  push_ok(reg, t.path() / "other");
+  EXPECT_TRUE(reg.active_flag("demo", "1.0.0")->has_value());
+  push_ok(reg, t.path() / "v2");
+  EXPECT_FALSE(reg.active_flag("demo", "1.0.0")->has_value());
+  auto flags = reg.flags("demo", "1.0.0");
+  ASSERT_EQ(flags->size(), 1U);
+  EXPECT_EQ((*flags)[0].superseded_by, "2.0.0");
+  EXPECT_FALSE((*flags)[0].cleared);
+
+  // A newer version pushed BEFORE the flag does not clear it: the flag is about runs of
+  // the old version after it.
+  EXPECT_TRUE(reg.flag("demo", "1.0.0", "RUN2", violation).value());
+  EXPECT_TRUE(reg.active_flag("demo", "1.0.0")->has_value());
+  EXPECT_EQ(reg.unflag("demo", "1.0.0").value(), 2);  // RUN1's (superseded) and RUN2's
+  EXPECT_FALSE(reg.active_flag("demo", "1.0.0")->has_value());
+  EXPECT_EQ(reg.unflag("demo", "1.0.0").value(), 0);
+
+  // Flag 2.0.0, then push a pre-release of it: older in semver, so still flagged.
+  EXPECT_TRUE(reg.flag("demo", "2.0.0", "RUN3", violation).value());
+  push_ok(reg, t.path() / "v2rc");
+  EXPECT_TRUE(reg.active_flag("demo", "2.0.0")->has_value());
+}
+
+TEST(MoonRegistry, ParseRef) {
+  std::string why;
+  auto r = parse_ref("issue-summarizer@1.4.2", why);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->name, "issue-summarizer");
+  EXPECT_EQ(r->version, "1.4.2");
+  EXPECT_TRUE(parse_ref("a@1.0.0-rc.1+b5", why));
+  for (const char* bad : {"", "demo", "demo@", "@1.0.0", "Demo@1.0.0", "demo@1.0", "demo@v1.0.0", "demo@1.0.0@x",
+                          "de mo@1.0.0", "../x@1.0.0", "demo@01.0.0"}) {
+    why.clear();
+    EXPECT_FALSE(parse_ref(bad, why)) << bad;
+    EXPECT_FALSE(why.empty()) << bad;
+  }
+}
+
+TEST(MoonRegistry, SymlinkInPackIsRefused) {
+  TmpDir t;
+  make_pack(t.path() / "src", "demo", "1.0.0");
+  fs::create_symlink("main.py", t.path() / "src" / "alias.py");
+  auto reg = open_reg(t.path() / "home");
+  auto r = reg.push(t.path() / "src");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("symlink"), std::string::npos);
+  EXPECT_TRUE(reg.list()->empty());
+}
+
+// kill -9 during pushes: afterwards every listed pack pulls and verifies, index.json lists
+// exactly the stored packs, and every visible blob holds the content its name says.
+TEST(MoonRegistry, SigkillDuringPushLeavesAConsistentRegistry) {
+  TmpDir t;
+  const fs::path home = t.path() / "home";
+  ASSERT_TRUE(Registry::open(home));
+  std::mt19937 rng(12345);
+  // A large pack: 12 MiB of random bytes in several files.
+  auto make_big = [&](const fs::path& dir, int version) {
+    make_pack(dir, "big", "1.0." + std::to_string(version));
+    std::string data(4 << 20, '\0');
+    for (int f = 0; f < 3; ++f) {
+      for (auto& c : data) c = static_cast<char>(rng());
+      write_file(dir / "blob" / ("part" + std::to_string(f)), data);
+    }
+  };
+  auto push_in_child = [&](const fs::path& dir) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      auto reg = Registry::open(home);
+      if (!reg) _exit(10);
+      auto r = reg->push(dir);
+      _exit(r && r->outcome == PushOutcome::pushed ? 0 : 11);
+    }
+    return pid;
+  };
+  // How long one push takes, to spread the kills over it.
+  make_big(t.path() / "p0", 0);
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = push_in_child(t.path() / "p0");
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const auto push_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+
+  int killed = 0, completed = 1;
+  for (int i = 1; i <= 20; ++i) {
+    const fs::path dir = t.path() / ("p" + std::to_string(i));
+    make_big(dir, i);
+    pid = push_in_child(dir);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(push_us * 12 / 10 + 1)));
+    ::kill(pid, SIGKILL);
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status)) ++killed;
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++completed;
+
+    auto reg = open_reg(home);
+    auto problems = reg.verify();
+    ASSERT_TRUE(problems) << problems.error().describe();
+    for (const auto& p : *problems) ADD_FAILURE() << "after kill " << i << ": " << p;
+    for (const auto& e : fs::directory_iterator(home / "oci/blobs/sha256")) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(".tmp-", 0) == 0) continue;  // a killed push's temp file: not a blob
+      EXPECT_EQ(sha256_hex(read_file(e.path())), n) << "half-written blob visible after kill " << i;
+    }
+  }
+  auto reg = open_reg(home);
+  auto packs = reg.list().value();
+  // A push killed after its commit is a completed push that did not get to report it.
+  EXPECT_GE(static_cast<int>(packs.size()), completed);
+  EXPECT_LE(static_cast<int>(packs.size()), completed + killed);
+  for (const auto& p : packs) {
+    const fs::path out = t.path() / ("out-" + p.version);
+    auto pulled = reg.pull({p.name, p.version}, out);
+    ASSERT_TRUE(pulled) << p.version << ": " << pulled.error().describe();
+    EXPECT_EQ(tree_digest(out).value(), p.tree_digest);
+    fs::remove_all(out);
+  }
+  // A later push cleans the temp files of dead pushes.
+  make_pack(t.path() / "last", "big", "9.0.0");
+  push_ok(reg, t.path() / "last");
+  for (const auto& e : fs::directory_iterator(home / "oci/blobs/sha256"))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0U) << e.path();
+  std::printf("sigkill: %d killed, %d completed pushes (one push ~%lld ms)\n", killed, completed,
+              static_cast<long long>(push_us / 1000));
+}
+
+}  // namespace
+}  // namespace soyaos::moon
