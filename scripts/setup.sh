@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libseccomp-dev libcap-dev libsqlite3-dev libssl-dev
+  libseccomp-dev libcap-dev libsqlite3-dev libssl-dev libmnl-dev libnftables-dev
   libgtest-dev libgmock-dev
   python3 nodejs util-linux iproute2 nftables
   clang libclang-rt-14-dev  # libFuzzer and sanitizers

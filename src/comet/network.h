@@ -1,0 +1,124 @@
+// The Comet's network layer: the agent's network namespace, its firewall and the sockets the
+// supervisor serves inside it (SPEC C5, C6). docs/network-layer.md explains the layout and
+// every rule.
+//
+//   parent (before clone)            child (fresh user+net namespace, still holding
+//   NetworkPlan (plain data)          CAP_NET_ADMIN and CAP_NET_BIND_SERVICE over it)
+//   nft_ruleset(plan) for goldens     setup_sandbox_network(plan):
+//                                       lo up; veth pair soyaos0/soyaos1 (both ends here),
+//                                       addresses, default routes v4+v6 (rtnetlink);
+//                                       nftables ruleset (libnftables);
+//                                       listening sockets + NFLOG socket
+//                                     -> NetworkFds handed to the supervisor; then every
+//                                        capability is dropped (credentials step), so the
+//                                        agent can never rewrite rules or routes.
+//   supervisor: accept() on gateway_tcp, original_destination(); recvfrom() on
+//   udp_relay[i]; read_nflog() for refused packets (violations).
+//
+// UDP path, decided: a redirected UDP datagram's original destination is not recoverable
+// from the relay socket (SO_ORIGINAL_DST is TCP-only; IP_RECVORIGDSTADDR reports the
+// post-NAT 127.0.0.1:port; it only helps with TPROXY, which needs a prerouting hook these
+// locally generated packets never cross). Checked on the target kernel. So every allowed
+// UDP entry gets its own relay port: allow_udp[i] is redirected to udp_relay_port + i and
+// served by NetworkFds::udp_relay[i]; the port the datagram arrives on names its
+// destination. Replies sent from that socket to the datagram's source are un-NATed by
+// conntrack, so the agent sees them come from the real (address, port).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace soyaos::comet {
+
+struct EgressRule {
+  std::array<uint8_t, 16> addr{};  // network byte order; IPv4 in the first 4 bytes
+  bool v6 = false;
+  uint16_t port = 0;               // host byte order, 1..65535
+  uint8_t proto = 0;               // IPPROTO_TCP or IPPROTO_UDP
+};
+
+// Computed in the parent before clone (plain data, no syscalls).
+struct NetworkPlan {
+  std::vector<EgressRule> redirect_tcp;  // (fake or literal address, port) pairs -> gateway
+  std::vector<EgressRule> allow_udp;     // allow_udp[i] -> relay port udp_relay_port + i
+  uint16_t gateway_port = 15001;         // the in-netns TCP listener the supervisor serves
+  uint16_t udp_relay_port = 15101;       // first UDP relay port (one port per allow_udp entry)
+  uint32_t nflog_group = 7;              // NFLOG group of refused packets (0..65535)
+  // RFC 2544 benchmark range the stub hands fake per-name addresses out of. No address of
+  // the netns lies in it; validated (IPv4 CIDR, not overlapping the netns's own addresses).
+  std::string fake_v4_cidr = "198.18.0.0/15";
+};
+
+// Every fd is O_CLOEXEC and O_NONBLOCK (served by the supervisor's event loop).
+struct NetworkFds {
+  UniqueFd gateway_tcp;             // TCP listening on 127.0.0.1:gateway_port
+  UniqueFd gateway_tcp6;            // TCP listening on [::1]:gateway_port (IPV6_V6ONLY);
+                                    // invalid when redirect_tcp has no IPv6 entry
+  std::vector<UniqueFd> udp_relay;  // udp_relay[i] bound to 127.0.0.1 (or ::1 for an IPv6
+                                    // entry) : udp_relay_port + i, serving allow_udp[i]
+  UniqueFd dns_udp;                 // UDP bound to 127.0.0.1:53 (the stub resolver)
+  UniqueFd dns_tcp;                 // TCP listening on 127.0.0.1:53
+  UniqueFd nflog;                   // NETLINK_NETFILTER, bound to NFLOG group nflog_group
+};
+
+// The netns's own addresses (veth soyaos0); the agent's sockets take them as source.
+inline constexpr const char* kSandboxVethName = "soyaos0";
+inline constexpr const char* kSandboxVethPeerName = "soyaos1";
+inline constexpr const char* kSandboxAddrV4 = "10.254.254.1";  // /30
+inline constexpr const char* kSandboxAddrV6 = "fd53:6f79:6100::1";  // /64, ULA
+
+// Checks the plan: ports non-zero, the relay ports udp_relay_port .. +allow_udp.size()-1 in
+// range and clear of 53 and the gateway port, protocols as documented, group < 65536, the
+// fake range an IPv4 CIDR clear of loopback and the sandbox's own address. Errors: EINVAL.
+Status validate_network_plan(const NetworkPlan& plan);
+
+// The exact nftables ruleset text setup_sandbox_network installs (golden-file tested).
+// Only numbers and nft keywords: nothing is looked up in /etc (the child has pivoted).
+std::string nft_ruleset(const NetworkPlan& plan);
+
+// Child side, inside its fresh user+network namespace, after the mounts and before the
+// capabilities are dropped. Brings up lo; creates the veth pair soyaos0/soyaos1 (both ends
+// in this netns, NOARP, no IPv6 address autoconfiguration: the kernel itself sends nothing),
+// gives soyaos0 kSandboxAddrV4/30 and kSandboxAddrV6/64 (no DAD) and a default route for
+// each family, so that every destination reaches the netfilter output hook; installs
+// nft_ruleset(plan); creates and binds the sockets of NetworkFds. Fails closed: any error
+// is returned, naming the step (the run must not start, C1).
+Result<NetworkFds> setup_sandbox_network(const NetworkPlan& plan);
+
+// ---- Supervisor side ----
+
+// The destination the agent connected to before the redirect (SO_ORIGINAL_DST for an
+// IPv4 socket, IP6T_SO_ORIGINAL_DST for IPv6). A connection accepted on the gateway was
+// always redirected (the ruleset refuses direct connections to the gateway port).
+Result<sockaddr_storage> original_destination(const UniqueFd& accepted);
+
+struct RefusedPacket {
+  std::array<uint8_t, 16> daddr{};  // network byte order; IPv4 in the first 4 bytes
+  bool v6 = false;
+  uint8_t proto = 0;   // IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6, ...
+  uint16_t dport = 0;  // host byte order; 0 when the protocol has no ports
+};
+
+struct NflogRead {
+  std::vector<RefusedPacket> packets;
+  // The socket's buffer overflowed (ENOBUFS) since the last read: some refused packets
+  // were not delivered. Report it; the run has had at least one violation either way.
+  bool overrun = false;
+};
+
+// Drains the NFLOG socket (non-blocking) and parses each NFULNL_MSG_PACKET's network and
+// transport headers. Returns an empty list when nothing is pending.
+Result<NflogRead> read_nflog(const UniqueFd& nflog);
+
+// "1.2.3.4:80/tcp", "[2001:db8::1]:443/tcp", "10.0.0.1/icmp": for messages and events.
+std::string to_string(const RefusedPacket& packet);
+
+}  // namespace soyaos::comet
