@@ -16,9 +16,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: moon_ingest HOME N [BATCH] [RUNS]\n");
     return 2;
   }
-  const long n = std::atol(argv[2]);
-  const long batch = argc > 3 ? std::atol(argv[3]) : 1000;
-  const long runs = argc > 4 ? std::atol(argv[4]) : std::max(1L, n / 1000);
+  const long n = std::strtol(argv[2], nullptr, 10);
+  const long batch = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 1000;
+  const long runs = argc > 4 ? std::strtol(argv[4], nullptr, 10) : std::max(1L, n / 1000);
   auto store = soyaos::moon::EventStore::open(argv[1]);
   if (!store) {
     std::fprintf(stderr, "moon_ingest: %s\n", store.error().describe().c_str());

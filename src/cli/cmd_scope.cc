@@ -50,7 +50,7 @@ std::string subject(const moon::StoredEvent& e) {
 bool print_events(const std::vector<moon::StoredEvent>& events, const std::string& format) {
   for (const auto& e : events) {
     if (format == "json") {
-      std::fwrite(e.json.data(), 1, e.json.size(), stdout);
+      if (std::fwrite(e.json.data(), 1, e.json.size(), stdout) != e.json.size()) return false;
       std::fputc('\n', stdout);
     } else {
       std::printf("%s  %s  %s  %s\n", e.time.c_str(), e.type.c_str(), subject(e).c_str(), summary(e).c_str());
@@ -62,16 +62,17 @@ bool print_events(const std::vector<moon::StoredEvent>& events, const std::strin
 // --since: RFC 3339 (or a prefix: 2026-11-29, 2026-11-29T12:00) or a duration ago
 // (30s, 10m, 2h, 7d). nullopt when neither.
 std::optional<std::string> parse_since(const std::string& s) {
-  if (s.size() >= 2 && s.find_first_not_of("0123456789") == s.size() - 1) {
+  if (s.size() >= 2 && s.size() <= 10 && s.find_first_not_of("0123456789") == s.size() - 1) {
     const char unit = s.back();
-    const long long n = std::stoll(s.substr(0, s.size() - 1));
+    long long n = 0;
+    for (char c : s.substr(0, s.size() - 1)) n = n * 10 + (c - '0');  // at most 9 digits
     long long secs = unit == 's' ? n : unit == 'm' ? n * 60 : unit == 'h' ? n * 3600 : unit == 'd' ? n * 86400 : -1;
     if (secs < 0) return std::nullopt;
     std::time_t t = std::time(nullptr) - static_cast<std::time_t>(secs);
     std::tm tm{};
     ::gmtime_r(&t, &tm);
     char buf[64];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm) == 0) return std::nullopt;
     return std::string(buf);
   }
   // YYYY-MM-DD[Thh:mm[:ss[.ffffff]]][Z]: compared as text with the stored UTC times.

@@ -9,6 +9,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -88,8 +91,11 @@ void clean_stale_temps(const fs::path& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
     if (n.rfind(kTmpPrefix, 0) != 0) continue;
-    const pid_t pid = static_cast<pid_t>(std::atol(n.c_str() + std::strlen(kTmpPrefix)));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) (void)::unlink(it->path().c_str());
+    char* stop = nullptr;
+    const long pid = std::strtol(n.c_str() + std::strlen(kTmpPrefix), &stop, 10);
+    if (stop == nullptr || *stop != '-' || pid <= 0 || pid > INT32_MAX) continue;
+    // kill(pid, 0): only asks whether the pushing process still exists.
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) (void)::unlink(it->path().c_str());
   }
 }
 
