@@ -1,7 +1,8 @@
 // libFuzzer target for the egress gateway's ClientHello parser (STYLE.md: fuzz every
 // parser). parse_client_hello promises: never crash, bounded time and memory.
 // Invariants checked (violations trap): a complete parse used no more than the input,
-// gives the same result on exactly the bytes it used, and any SNI is a plain lower-case
+// gives the same result on exactly the bytes it used, its strict prefixes are need_more
+// (asking for no more than the whole), and any SNI is a plain lower-case
 // host name; need_more asks for more than was given; invalid says why.
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           again.hello.alpn != h.alpn || again.hello.consumed != h.consumed) {
         __builtin_trap();
       }
-      if (h.consumed > 0 && parse_client_hello(in.first(h.consumed - 1)).status == ParseStatus::complete) __builtin_trap();
+      // Every strict prefix is need_more (checked at two points: one byte short, half).
+      for (const size_t n : {h.consumed - 1, h.consumed / 2}) {
+        const ClientHelloParse prefix = parse_client_hello(in.first(n));
+        if (prefix.status != ParseStatus::need_more || prefix.need <= n || prefix.need > h.consumed) __builtin_trap();
+      }
       break;
     }
     case ParseStatus::need_more:

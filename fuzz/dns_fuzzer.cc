@@ -62,7 +62,11 @@ void check_query(const DnsQuery& q, size_t input_size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> in(data, size);
   const soyaos::Result<DnsQuery> q = parse_dns_query(in);
-  if (q) check_query(q.value(), size);
+  if (q) {
+    check_query(q.value(), size);
+    // Counts must account for every byte: no strict prefix is a query.
+    if (parse_dns_query(in.first(size - 1)).ok()) __builtin_trap();
+  }
   if (!q && q.error().message.empty()) __builtin_trap();
 
   if (const auto reply = dns_header_reply_for(in)) {

@@ -1,8 +1,9 @@
 // libFuzzer target for the egress gateway's HTTP request head parser (STYLE.md: fuzz
 // every parser). parse_http_head promises: never crash, look at no more than 16 KiB.
 // Invariants checked (violations trap): a complete head is no longer than the input or
-// 16 KiB, ends with CRLF CRLF, has a host and at most 100 fields, and parses the same on
-// exactly its own bytes; need_more asks for more than was given; invalid says why.
+// 16 KiB, ends with CRLF CRLF, has a host and at most 100 fields, parses the same on
+// exactly its own bytes, and its strict prefixes are need_more; need_more asks for more
+// than was given; invalid says why.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -32,6 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (again.status != ParseStatus::complete || again.head.host != h.host || again.head.port != h.port ||
           again.head.head_size != h.head_size || again.head.target != h.target) {
         __builtin_trap();
+      }
+      for (const size_t n : {h.head_size - 1, h.head_size / 2}) {
+        const HttpHeadParse prefix = parse_http_head(in.first(n));
+        if (prefix.status != ParseStatus::need_more || prefix.need <= n || prefix.need > h.head_size) __builtin_trap();
       }
       break;
     }

@@ -237,6 +237,14 @@ HttpHeadParse parse_http_head(std::span<const uint8_t> bytes) {
         if (!std::all_of(method.begin(), method.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
           return invalid("method is not a token");
         }
+        if (!part.empty() && part.front() == ' ') return invalid("request line has no method");
+      } else if (!part.empty() && part != "\r") {
+        if (lines > kHttpMaxFields) return invalid("more than 100 header fields");
+        if (part.front() == ' ' || part.front() == '\t') return invalid("obsolete line folding");
+        const std::string_view name = part.substr(0, part.find(':'));
+        if (!std::all_of(name.begin(), name.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
+          return invalid("header field name is not a token");
+        }
       }
       if (bytes.size() >= kHttpMaxHead) return invalid("head too large");
       // The head ends with CRLF CRLF: a lower bound on what is still missing.

@@ -221,7 +221,7 @@ TEST(DnsAnswer, EdnsQueryGetsOptAndTruncationAtItsLimit) {
   EXPECT_LE(r.size(), 1232U);
   EXPECT_TRUE(get16(r, 2) & 0x0200);  // TC
   EXPECT_EQ(get16(r, 10), 1);         // OPT
-  EXPECT_EQ(r.size(), 12 + (sizeof kDigQuery - 12 - 23) + get16(r, 6) * 16U + 11);
+  EXPECT_EQ(r.size(), 12 + (sizeof kDigQuery - 12 - 23) + size_t{get16(r, 6)} * 16 + 11);
   // Over TCP everything fits.
   r = dns_answer(q, many, {}, 300, kDnsMaxMessage);
   EXPECT_FALSE(get16(r, 2) & 0x0200);

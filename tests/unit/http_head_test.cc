@@ -145,6 +145,10 @@ TEST(HttpHead, EarlyRejectionOfNonHttp) {
   EXPECT_EQ(parse_http_head(tls).status, ParseStatus::invalid);
   EXPECT_EQ(parse("GE(T").status, ParseStatus::invalid);
   EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost: a\rb").status, ParseStatus::invalid);
+  EXPECT_EQ(parse(" GET").status, ParseStatus::invalid);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\n Host").status, ParseStatus::invalid);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHo st").status, ParseStatus::invalid);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost: a b").status, ParseStatus::need_more);  // decided at CRLF
 }
 
 TEST(HttpHead, RefusesMalformedAndAmbiguous) {
