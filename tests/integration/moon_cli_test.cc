@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include <nlohmann/json.hpp>
 
@@ -227,6 +229,27 @@ TEST_F(MoonCli, ScopeQueryAndTail) {
   r = soyaos({"scope", "tail", "-n", "1", "--format", "json"});
   ASSERT_EQ(lines(r.out).size(), 1U);
   EXPECT_EQ(json::parse(r.out)["subject"], "issue-summarizer@1.4.2");
+}
+
+TEST_F(MoonCli, ScopeTailFollowPrintsNewEvents) {
+  ASSERT_EQ(soyaos({"pack", "push", pack("hello-report")}).exit_code, 0);
+  const fs::path out = tmp().path() / "tail.out";
+  // tail -f in the background for 3 s; a push lands while it polls.
+  const std::string cmd = "SOYAOS_HOME='" + home() + "' timeout 3 '" + SOYAOS_BIN + "' scope tail -f -n 1 > '" +
+                          out.string() + "' 2>&1 &";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  ASSERT_EQ(soyaos({"pack", "push", pack("issue-summarizer")}).exit_code, 0);
+  std::string text;
+  for (int i = 0; i < 50 && lines(text).size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    text = read_file(out);
+  }
+  const auto ls = lines(text);
+  ASSERT_EQ(ls.size(), 2U) << text;
+  EXPECT_EQ(field(ls[0], 2), "hello-report@1.0.0");
+  EXPECT_EQ(field(ls[1], 2), "issue-summarizer@1.4.2");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // let timeout end it
 }
 
 TEST_F(MoonCli, CorruptDatabaseIsAClearError) {

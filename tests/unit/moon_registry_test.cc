@@ -250,6 +250,46 @@ TEST(MoonRegistry, SymlinkInPackIsRefused) {
   EXPECT_TRUE(reg.list()->empty());
 }
 
+// Pushers racing on one NAME@VERSION: one content wins, identical pushes report it, the
+// others are refused; the layout stays consistent.
+TEST(MoonRegistry, ConcurrentPushesOfOneVersion) {
+  TmpDir t;
+  const fs::path home = t.path() / "home";
+  ASSERT_TRUE(Registry::open(home));
+  make_pack(t.path() / "a", "race", "1.0.0", "print('a')\n");
+  make_pack(t.path() / "b", "race", "1.0.0", "print('b')\n");
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 8; ++i) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto reg = Registry::open(home);
+      if (!reg) _exit(10);
+      auto r = reg->push(t.path() / (i % 2 == 0 ? "a" : "b"));
+      if (!r) _exit(11);
+      _exit(static_cast<int>(r->outcome));
+    }
+    kids.push_back(pid);
+  }
+  int pushed = 0, conflicts = 0, already = 0;
+  for (pid_t pid : kids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    const auto o = static_cast<PushOutcome>(WEXITSTATUS(status));
+    pushed += o == PushOutcome::pushed;
+    conflicts += o == PushOutcome::conflict;
+    already += o == PushOutcome::already_pushed;
+  }
+  EXPECT_EQ(pushed, 1);
+  EXPECT_EQ(conflicts, 4);
+  EXPECT_EQ(already, 3);
+  auto reg = open_reg(home);
+  EXPECT_EQ(reg.list()->size(), 1U);
+  EXPECT_TRUE(reg.verify().value().empty());
+  EXPECT_EQ(json::parse(read_file(home / "oci/index.json"))["manifests"].size(), 1U);
+}
+
 // kill -9 during pushes: afterwards every listed pack pulls and verifies, index.json lists
 // exactly the stored packs, and every visible blob holds the content its name says.
 TEST(MoonRegistry, SigkillDuringPushLeavesAConsistentRegistry) {
