@@ -173,6 +173,7 @@ bool parse_body(std::span<const uint8_t> body, ClientHello& h, std::string& why)
       case tls_ext::supported_versions:
         if (!parse_versions(data, h.supported_versions, why)) return false;
         break;
+      case tls_ext::encrypted_client_hello: h.ech = true; break;
       default: break;
     }
   }

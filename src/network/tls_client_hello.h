@@ -22,7 +22,8 @@ inline constexpr size_t kTlsMaxHelloRecords = 16;       // records one ClientHel
 inline constexpr size_t kTlsMaxHello = 65536;           // handshake message bound, header included
 
 namespace tls_ext {
-inline constexpr uint16_t server_name = 0, alpn = 16, supported_versions = 43;
+inline constexpr uint16_t server_name = 0, alpn = 16, supported_versions = 43,
+                          encrypted_client_hello = 0xfe0d;
 }  // namespace tls_ext
 
 struct ClientHello {
@@ -35,6 +36,9 @@ struct ClientHello {
   std::vector<uint16_t> supported_versions;    // empty when the extension is absent
   std::vector<uint16_t> cipher_suites;
   std::vector<uint16_t> extension_types;       // in the client's order
+  // An encrypted_client_hello extension is present: the server_name above is then only
+  // the ECH public name and the real one is encrypted; the gateway should refuse it.
+  bool ech = false;
   size_t records = 0;                          // TLS records the message spans
   size_t consumed = 0;                         // bytes of those records, headers included
 };

@@ -274,6 +274,15 @@ TEST(ClientHello, TooManyRecordsIsInvalid) {
   EXPECT_EQ(parse(records(msg, 1)).status, ParseStatus::invalid);
 }
 
+TEST(ClientHello, EncryptedClientHelloIsFlagged) {
+  ClientHelloParse p = parse(records(hello_message({sni("public.example"), ext(tls_ext::encrypted_client_hello, {0, 1, 2})})));
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_TRUE(p.hello.ech);
+  EXPECT_EQ(p.hello.server_name, "public.example");
+  p = parse_client_hello(kCurlHello);
+  EXPECT_FALSE(p.hello.ech);
+}
+
 TEST(ClientHello, UnderscoreAndDigitsAreAccepted) {
   const ClientHelloParse p = parse(records(hello_message({sni("_Svc.1-2.Example")})));
   ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
