@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/run_moon.h"
+#include "moon/store.h"
 #include "supervisor/run.h"
 
 namespace soyaos::cli {
@@ -47,7 +49,37 @@ void print_summary(const supervisor::RunReport& r) {
 
 void run(const RunArgs& a, CliContext& ctx) {
   supervisor::RunRequest req;
-  req.pack_dir = a.pack;
+  // The embedded Moon: events are stored and flags kept under $SOYAOS_HOME. Without it
+  // the run does not start (E4: events are never lost silently).
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos: moon: %s\n", home.error().describe().c_str());
+    ctx.exit_code = supervisor::kExitSetup;
+    return;
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.pack, ec)) {
+    req.pack_dir = a.pack;
+  } else if (a.pack.find('@') != std::string::npos) {
+    auto dir = pack_dir_for_ref(*home, a.pack);  // NAME@VERSION from the registry
+    if (!dir) {
+      std::fprintf(stderr, "soyaos: %s\n", dir.error().describe().c_str());
+      ctx.exit_code = supervisor::kExitSetup;
+      return;
+    }
+    req.pack_dir = *dir;
+  } else {
+    std::fprintf(stderr, "soyaos: %s: no such pack directory (or NAME@VERSION)\n", a.pack.c_str());
+    ctx.exit_code = supervisor::kExitSetup;
+    return;
+  }
+  auto hooks = moon_run_hooks(*home);
+  if (!hooks) {
+    std::fprintf(stderr, "soyaos: moon: %s\n", hooks.error().describe().c_str());
+    ctx.exit_code = supervisor::kExitSetup;
+    return;
+  }
+  req.hooks = std::move(hooks.value());
   if (!a.input.empty()) req.options.input = a.input;
   if (!a.out.empty()) req.options.out = a.out;
   req.options.mounts = a.mounts;
@@ -83,7 +115,7 @@ void run(const RunArgs& a, CliContext& ctx) {
 void register_run_command(CLI::App& app, CliContext& ctx) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "Run a pack in a Comet, the fail-closed sandbox");
-  cmd->add_option("pack", args->pack, "Pack directory")->required();
+  cmd->add_option("pack", args->pack, "Pack directory, or NAME@VERSION from the registry")->required();
   cmd->add_option("--input", args->input, "File or directory mounted read-only at /workdir/inputs");
   cmd->add_option("--out", args->out, "Where /workdir/out is collected (default ./soyaos-out/RUN_ID)");
   cmd->add_option("--events", args->events, "Append Scope events (JSON Lines) to FILE, or - for stdout");

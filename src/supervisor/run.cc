@@ -139,12 +139,30 @@ RunReport run_pack(const RunRequest& request) {
                          {"open_files", policy->limits.open_files}}},
                        {"rootless", ::geteuid() != 0},
                        {"path_observation", observe_paths}});
+  // Hands every event of the run to the layer above; a failure there fails the run (E4).
+  auto store_events = [&] {
+    if (!request.hooks.after_run) return;
+    if (auto s = request.hooks.after_run(ctx, sink.emitted(), report.violations); !s) {
+      report.error = "moon: " + s.error().describe();
+      report.exit_code = kExitSetup;
+    }
+  };
+  if (request.hooks.before_launch) {
+    if (auto s = request.hooks.before_launch(ctx, emit); !s) {
+      report.error = "moon: " + s.error().describe();
+      emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
+      (void)sink.flush();
+      return report;
+    }
+  }
 
   auto launched = comet::launch_comet(*policy, *program);
   if (!launched) {
     report.error = launched.error().describe();
     emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
     (void)sink.flush();
+    store_events();
+    report.exit_code = kExitSetup;
     return report;
   }
   // Each layer's cost, from the child's timestamps (bench/startup.sh reads these).
@@ -190,6 +208,7 @@ RunReport run_pack(const RunRequest& request) {
                                      {"skipped", report.outputs.skipped}, {"dir", report.out_dir}}}});
   if (auto s = sink.flush(); !s && report.error.empty()) report.error = "events: " + s.error().describe();
   if (!report.error.empty() && report.exit_code == 0) report.exit_code = kExitSetup;
+  store_events();
   return report;
 }
 

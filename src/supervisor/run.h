@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,11 +22,29 @@ inline constexpr int kExitSetup = 125;
 inline constexpr int kExitNotExecutable = 126;
 inline constexpr int kExitKilled = 137;
 
+// Emits one more event of this run (same envelope and run identity).
+using EmitFn = std::function<void(const std::string& type, nlohmann::ordered_json data)>;
+
+// How the layer above (the Moon, via the CLI) takes part in a run without the supervisor
+// depending on it.
+struct RunHooks {
+  // After run_started, before the Comet starts: e.g. warn about and emit pack_flagged.
+  // An error refuses the run (125).
+  std::function<Status(const scope::RunContext&, const EmitFn&)> before_launch;
+  // After run_finished, with every event of the run: store them durably (E4) and flag the
+  // version after a violation. An error makes the run fail (125): success is never
+  // reported before the events are stored.
+  std::function<Status(const scope::RunContext&, const std::vector<nlohmann::ordered_json>& events,
+                       const std::vector<Violation>& violations)>
+      after_run;
+};
+
 struct RunRequest {
   std::filesystem::path pack_dir;
   policy::RunOptions options;
   std::vector<std::string> event_files;  // --events FILE (append)
   bool events_to_stdout = false;         // --events -
+  RunHooks hooks;
 };
 
 struct RunReport {

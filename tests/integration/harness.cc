@@ -59,6 +59,15 @@ std::string rootless_binary() {
   return path;
 }
 
+// Each test process gets its own Moon home (SOYAOS_HOME), world-writable so that a
+// rootless soyaos can use it too, removed when the process ends. A test that sets
+// SOYAOS_HOME itself keeps its own.
+const std::string& test_home() {
+  static TempDir dir;
+  static const std::string path = (dir.path() / "home").string();
+  return path;
+}
+
 }  // namespace
 
 bool rootless_mode() {
@@ -81,6 +90,13 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
     env_strings.push_back(entry);
   }
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  if (env.count("SOYAOS_HOME") == 0) {
+    const std::string& home = test_home();
+    std::filesystem::create_directories(home);
+    std::filesystem::permissions(home, std::filesystem::perms::all);
+    std::erase_if(env_strings, [](const std::string& e) { return e.rfind("SOYAOS_HOME=", 0) == 0; });
+    env_strings.push_back("SOYAOS_HOME=" + home);
+  }
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);

@@ -1,0 +1,92 @@
+#include "cli/run_moon.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+#include <memory>
+
+#include "common/digest.h"
+#include "moon/registry.h"
+
+namespace soyaos::cli {
+namespace fs = std::filesystem;
+
+Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
+  auto registry = moon::Registry::open(home);
+  if (!registry) return registry.error();
+  auto events = moon::EventStore::open(home);
+  if (!events) return events.error();
+  struct State {
+    moon::Registry registry;
+    moon::EventStore events;
+    std::optional<moon::PackRecord> pushed;  // the pushed version this directory is, if any
+  };
+  auto state = std::make_shared<State>(State{std::move(registry.value()), std::move(events.value()), {}});
+
+  supervisor::RunHooks hooks;
+  hooks.before_launch = [state](const scope::RunContext& ctx, const supervisor::EmitFn& emit) -> Status {
+    auto pushed = state->registry.find_by_digest(ctx.digest);
+    if (!pushed) return pushed.error();
+    state->pushed = *pushed;
+    auto flag = state->registry.active_flag(ctx.pack, ctx.version);
+    if (!flag) return flag.error();
+    if (*flag) {
+      const auto& f = **flag;
+      std::fprintf(stderr,
+                   "soyaos: warning: %s@%s is flagged: run %s had a capability violation (%s); "
+                   "`soyaos pack inspect %s@%s` shows it, `soyaos pack unflag` clears it\n",
+                   ctx.pack.c_str(), ctx.version.c_str(), f.run_id.c_str(), f.flagged_at.c_str(),
+                   ctx.pack.c_str(), ctx.version.c_str());
+      nlohmann::ordered_json violation = nlohmann::ordered_json::parse(f.violation, nullptr, false);
+      emit("pack_flagged", {{"flagged_by_run", f.run_id},
+                            {"flagged_at", f.flagged_at},
+                            {"violation", violation.is_discarded() ? nlohmann::ordered_json(f.violation)
+                                                                   : violation}});
+    }
+    return {};
+  };
+  hooks.after_run = [state](const scope::RunContext& ctx, const std::vector<nlohmann::ordered_json>& events,
+                            const std::vector<supervisor::Violation>& violations) -> Status {
+    if (auto s = state->events.append(events); !s) return s;
+    if (violations.empty() || !state->pushed) return {};
+    // The first violation event of the run is the flag's reason.
+    for (const auto& e : events) {
+      if (e.value("type", "") != "capability_violation") continue;
+      auto flagged = state->registry.flag(ctx.pack, ctx.version, ctx.run_id, e);
+      if (!flagged) return flagged.error();
+      break;
+    }
+    return {};
+  };
+  return hooks;
+}
+
+Result<fs::path> pack_dir_for_ref(const fs::path& home, const std::string& text) {
+  std::string why;
+  auto ref = moon::parse_ref(text, why);
+  if (!ref) return make_error(text + ": " + why);
+  auto registry = moon::Registry::open(home);
+  if (!registry) return registry.error();
+  auto record = registry->get(*ref);
+  if (!record) return record.error();
+  std::string hex = record->digest.substr(record->digest.find(':') + 1);
+  fs::path dir = home / "run-cache" / hex / "pack";
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    auto digest = tree_digest(dir);
+    if (digest && *digest == record->tree_digest) return dir;
+    fs::remove_all(dir.parent_path(), ec);  // modified or partial: extract again
+  }
+  fs::create_directories(dir.parent_path(), ec);
+  if (ec) return make_error("create " + dir.parent_path().string(), ec.value());
+  // Extract beside, then rename: a concurrent run never sees a half-extracted pack.
+  fs::path staging = dir.parent_path() / ("staging-" + std::to_string(::getpid()));
+  fs::remove_all(staging, ec);
+  if (auto pulled = registry->pull(*ref, staging); !pulled) return pulled.error();
+  fs::rename(staging, dir, ec);
+  if (ec && !fs::exists(dir)) return make_error("rename " + staging.string(), ec.value());
+  fs::remove_all(staging, ec);
+  return dir;
+}
+
+}  // namespace soyaos::cli

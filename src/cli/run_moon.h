@@ -1,0 +1,25 @@
+// The glue between a run and the embedded Moon: the hooks that store the run's events
+// (E3, E4) and keep the registry's violation flags (C8 (4)), and resolving NAME@VERSION
+// to a verified pack directory for `soyaos run NAME@VERSION`.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "common/result.h"
+#include "supervisor/run.h"
+
+namespace soyaos::cli {
+
+// Hooks for run_pack: before launch, warn (stderr) and emit `pack_flagged` when this pack
+// version is flagged; after the run, append every event to the Moon's store in one durable
+// transaction and, after a violation, flag the version when the directory is a pushed one
+// (its tree digest matches a pushed version).
+Result<supervisor::RunHooks> moon_run_hooks(const std::filesystem::path& home);
+
+// Extracts NAME@VERSION from the registry into HOME/run-cache/<digest>/pack (once per
+// digest; the tree digest is checked against the pushed record on every use, so a
+// modified cache is re-extracted) and returns that directory.
+Result<std::filesystem::path> pack_dir_for_ref(const std::filesystem::path& home, const std::string& ref);
+
+}  // namespace soyaos::cli
