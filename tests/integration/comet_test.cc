@@ -43,6 +43,19 @@ class CometTest : public ::testing::Test {
   // Writes a manifest variant of the probe pack (same probe.py).
   void set_manifest(const std::string& yaml) { dir_.write("pack/soyapack.yaml", yaml); }
 
+  // The probe pack's manifest with other resource limits ("{pids: 16}").
+  void set_resources(const std::string& resources) {
+    set_manifest(R"(soyapack: v0
+name: comet-probe
+version: 0.1.0
+agent: {runtime: python3, entrypoint: probe.py}
+capabilities:
+  egress: []
+  fs: {read: [/workdir], write: [/workdir/out]}
+  determinism_tier: read-only
+resources: )" + resources + "\n");
+  }
+
   ProbeRun probe(const std::vector<std::string>& action, std::vector<std::string> extra = {}) {
     auto events = dir_.path() / "events.jsonl";
     std::filesystem::remove(events);
@@ -196,32 +209,14 @@ TEST_F(CometTest, RenameOutOfOutIsEacces) {
 }
 
 TEST_F(CometTest, PidsLimitStopsAThreadBomb) {
-  set_manifest(R"(soyapack: v0
-name: comet-probe
-version: 0.1.0
-agent: {runtime: python3, entrypoint: probe.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir], write: [/workdir/out]}
-  determinism_tier: read-only
-resources: {pids: 16}
-)");
+  set_resources("{pids: 16}");
   auto run = probe({"thread_bomb", "200"});
   EXPECT_EQ(run.result, "error=RuntimeError") << run.output.out << run.output.err;
   EXPECT_EQ(run.output.exit_code, 0) << run.output.err;  // a limit, not a violation
 }
 
 TEST_F(CometTest, MemoryLimitFailsAllocations) {
-  set_manifest(R"(soyapack: v0
-name: comet-probe
-version: 0.1.0
-agent: {runtime: python3, entrypoint: probe.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir], write: [/workdir/out]}
-  determinism_tier: read-only
-resources: {memory: 128Mi}
-)");
+  set_resources("{memory: 128Mi}");
   EXPECT_EQ(probe({"alloc", "512"}).result, "error=MemoryError");
   EXPECT_EQ(probe({"alloc", "32"}).result, "ok 32");
 }
@@ -348,16 +343,7 @@ TEST_F(CometTest, PersonalityChangeIsRefused) {
 // ---- limits and exit codes ----------------------------------------------------------------
 
 TEST_F(CometTest, WallClockTimeoutIs124) {
-  set_manifest(R"(soyapack: v0
-name: comet-probe
-version: 0.1.0
-agent: {runtime: python3, entrypoint: probe.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir], write: [/workdir/out]}
-  determinism_tier: read-only
-resources: {timeout: 1s}
-)");
+  set_resources("{timeout: 1s}");
   auto start = std::chrono::steady_clock::now();
   auto run = probe({"sleep", "30"});
   EXPECT_EQ(run.output.exit_code, 124) << run.output.err;
