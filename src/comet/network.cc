@@ -374,6 +374,7 @@ bool parse_packet(const uint8_t* p, size_t len, RefusedPacket* out) {
   if ((out->proto == IPPROTO_TCP || out->proto == IPPROTO_UDP || out->proto == IPPROTO_SCTP ||
        out->proto == IPPROTO_UDPLITE || out->proto == IPPROTO_DCCP) &&
       l4 + 4 <= len) {
+    out->sport = static_cast<uint16_t>((p[l4] << 8) | p[l4 + 1]);
     out->dport = static_cast<uint16_t>((p[l4 + 2] << 8) | p[l4 + 3]);
   }
   return true;

@@ -105,6 +105,7 @@ struct RefusedPacket {
   bool v6 = false;
   uint8_t proto = 0;   // IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6, ...
   uint16_t dport = 0;  // host byte order; 0 when the protocol has no ports
+  uint16_t sport = 0;  // likewise; tells a late relay reply (sport = a relay port) from the agent
 };
 
 struct NflogRead {

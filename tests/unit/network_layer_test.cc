@@ -483,6 +483,33 @@ TEST_P(NetworkLayer, RedirectsAllowedPairsAndRefusesTheRest) {
     CHILD_CHECK(wait_refused(fds.nflog, "[2001:4860:4860::8888]:53/udp", &seen), "NFLOG: " + joined(seen));
     // An allowed UDP pair's port, but another host.
     CHILD_EXPECT_ERRNO(send_datagram(u, "9.9.9.10", 53, "q"), EPERM);
+    // The source port is reported too (it tells the agent's packets from late relay replies).
+    {
+      UniqueFd b(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+      sockaddr_storage local = sockaddr_of("0.0.0.0", 40000);
+      CHILD_EXPECT_OK(::bind(b.get(), reinterpret_cast<const sockaddr*>(&local), sockaddr_len(local)));
+      CHILD_EXPECT_ERRNO(send_datagram(b, "8.8.4.4", 53, "q"), EPERM);
+      bool found = false;
+      for (int i = 0; i < 30 && !found; ++i) {
+        auto got = read_nflog(fds.nflog);
+        CHILD_CHECK(got.ok(), "read_nflog");
+        for (const auto& p : got->packets) {
+          if (to_string(p) == "8.8.4.4:53/udp") {
+            CHILD_CHECK(p.sport == 40000 && !p.v6 && p.proto == IPPROTO_UDP, "sport " + std::to_string(p.sport));
+            found = true;
+          } else {
+            seen.push_back(to_string(p));
+          }
+        }
+        if (!found) (void)readable(fds.nflog, 100);
+      }
+      CHILD_CHECK(found, "NFLOG did not report 8.8.4.4:53/udp");
+    }
+    // Other local resolvers and DNS over TCP are refused too.
+    CHILD_EXPECT_ERRNO(send_datagram(u, "127.0.0.53", 53, "q"), EPERM);
+    CHILD_EXPECT_ERRNO(send_datagram(u6, "::1", 53, "q"), EPERM);
+    CHILD_EXPECT_ERRNO(connect_to("8.8.8.8", 53, SOCK_STREAM, &c2), ECONNREFUSED);
+    CHILD_CHECK(wait_refused(fds.nflog, "8.8.8.8:53/tcp", &seen), "NFLOG: " + joined(seen));
 
     // The stub resolver on 127.0.0.1:53, UDP and TCP.
     CHILD_EXPECT_OK(send_datagram(u, "127.0.0.1", 53, "dns?"));
@@ -524,7 +551,7 @@ TEST_P(NetworkLayer, RedirectsAllowedPairsAndRefusesTheRest) {
     const std::vector<std::string> expected = {
         "1.2.3.4:80/tcp", "198.18.0.1:80/tcp", "[2001:db8::1]:443/tcp", "127.0.0.1:15001/tcp",
         std::string(kSandboxAddrV4) + ":8080/tcp", "8.8.8.8:53/udp", "[2001:4860:4860::8888]:53/udp",
-        "9.9.9.10:53/udp"};
+        "9.9.9.10:53/udp", "127.0.0.53:53/udp", "[::1]:53/udp", "8.8.8.8:53/tcp"};
     for (const auto& s : seen) {
       CHILD_CHECK(std::find(expected.begin(), expected.end(), s) != expected.end(), "unexpected NFLOG entry " + s);
     }
