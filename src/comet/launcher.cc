@@ -104,8 +104,10 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
     fail(sock, "stdio", errno_error("dup2 output pipes"));
   }
 
+  auto sources = open_mount_sources(policy);
+  if (!sources) fail(sock, "mounts", sources.error());
   if (auto s = become_sandbox_ids(policy); !s) fail(sock, "user namespace", s.error());
-  auto root = build_sandbox_root(policy);
+  auto root = build_sandbox_root(policy, std::move(sources.value()));
   if (!root) fail(sock, "mounts", root.error());
   steps[kStepMounts] = now_ns();
 

@@ -106,11 +106,6 @@ Status mount_tmpfs(const std::string& dst, uint64_t size, uid_t uid, gid_t gid, 
   return {};
 }
 
-struct OpenedSource {
-  UniqueFd fd;
-  bool is_dir = false;
-};
-
 Result<OpenedSource> open_source(const std::string& host_path) {
   UniqueFd fd(::open(host_path.c_str(), O_PATH | O_CLOEXEC));
   if (!fd) return errno_error("open " + host_path);
@@ -119,10 +114,9 @@ Result<OpenedSource> open_source(const std::string& host_path) {
   return OpenedSource{std::move(fd), S_ISDIR(st.st_mode)};
 }
 
-// /workdir: a tmpfs holding each top-level entry of the pack, bound read-only (symlinks
-// recreated, never followed at bind time), plus the mount points inputs/ and out/.
-Status build_pack_root(int pack_fd, const std::string& dst, uid_t uid, gid_t gid) {
-  if (auto s = mount_tmpfs(dst, 1 << 20, uid, gid, "0755"); !s) return s;
+// Lists the pack's top-level entries and opens each (never following a symlink: its
+// target is kept as text, to be recreated and resolved inside the sandbox).
+Result<std::vector<PackEntry>> open_pack_entries(int pack_fd) {
   int dup_fd = ::openat(pack_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dup_fd < 0) return errno_error("open pack directory");
   DIR* dir = ::fdopendir(dup_fd);
@@ -130,42 +124,51 @@ Status build_pack_root(int pack_fd, const std::string& dst, uid_t uid, gid_t gid
     ::close(dup_fd);
     return errno_error("read pack directory");
   }
-  Status status;
+  std::vector<PackEntry> entries;
+  Error failure;
   while (struct dirent* de = ::readdir(dir)) {
     std::string name = de->d_name;
     if (name == "." || name == ".." || name == "inputs" || name == "out") continue;
-    std::string target = dst + "/" + name;
     struct stat st {};
     if (::fstatat(pack_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    PackEntry e;
+    e.name = name;
     if (S_ISLNK(st.st_mode)) {
       char buf[4096];
       ssize_t n = ::readlinkat(pack_fd, name.c_str(), buf, sizeof buf - 1);
       if (n < 0) continue;
-      buf[n] = '\0';
-      // Resolved inside the sandbox at use time, so it can only reach the sandbox's view.
-      if (::symlink(buf, target.c_str()) != 0) {
-        status = errno_error("symlink " + target);
+      e.is_link = true;
+      e.link_target.assign(buf, static_cast<size_t>(n));
+    } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+      e.is_dir = S_ISDIR(st.st_mode);
+      e.fd.reset(::openat(pack_fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!e.fd) {
+        failure = errno_error("open pack entry " + name);
         break;
       }
-      continue;
+    } else {
+      continue;  // FIFOs, sockets, devices stay out
     }
-    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) continue;  // FIFOs, sockets, devices
-    UniqueFd entry(::openat(pack_fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    if (!entry) {
-      status = errno_error("open pack entry " + name);
-      break;
-    }
-    if (auto s = bind_fd(entry.get(), target, S_ISDIR(st.st_mode)); !s) {
-      status = s;
-      break;
-    }
-    if (auto s = set_readonly(target, /*recursive=*/true); !s) {
-      status = s;
-      break;
-    }
+    entries.push_back(std::move(e));
   }
   ::closedir(dir);
-  if (!status) return status;
+  if (!failure.message.empty()) return failure;
+  return entries;
+}
+
+// /workdir: a tmpfs holding each top-level entry of the pack, bound read-only (symlinks
+// recreated, resolved inside the sandbox at use time), plus the mount point out/.
+Status build_pack_root(const std::vector<PackEntry>& entries, const std::string& dst, uid_t uid, gid_t gid) {
+  if (auto s = mount_tmpfs(dst, 1 << 20, uid, gid, "0755"); !s) return s;
+  for (const auto& e : entries) {
+    std::string target = dst + "/" + e.name;
+    if (e.is_link) {
+      if (::symlink(e.link_target.c_str(), target.c_str()) != 0) return errno_error("symlink " + target);
+      continue;
+    }
+    if (auto s = bind_fd(e.fd.get(), target, e.is_dir); !s) return s;
+    if (auto s = set_readonly(target, /*recursive=*/true); !s) return s;
+  }
   // inputs/ is created by its bind (a file or a directory), or empty after all mounts.
   return make_dirs(dst + "/out");
 }
@@ -191,22 +194,32 @@ Status build_dev(const std::string& dst) {
 
 }  // namespace
 
-Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy) {
-  // Nothing we do here may propagate back to the host's mounts.
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    return errno_error("make mounts private");
-  }
-  // Open every host source first: the stage tmpfs hides /tmp, where sources may live.
-  std::vector<OpenedSource> sources(policy.mounts.size());
+Result<MountSources> open_mount_sources(const policy::Policy& policy) {
+  MountSources out;
+  out.by_mount.resize(policy.mounts.size());
   for (size_t i = 0; i < policy.mounts.size(); ++i) {
     const auto& m = policy.mounts[i];
     if (m.kind == MountSpec::Kind::bind_ro || m.kind == MountSpec::Kind::bind_rw ||
         m.kind == MountSpec::Kind::pack_root) {
       auto src = open_source(m.source);
       if (!src) return src.error();
-      sources[i] = std::move(src.value());
+      out.by_mount[i] = std::move(src.value());
+      if (m.kind == MountSpec::Kind::pack_root) {
+        auto entries = open_pack_entries(out.by_mount[i].fd.get());
+        if (!entries) return entries.error();
+        out.pack_entries = std::move(entries.value());
+      }
     }
   }
+  return out;
+}
+
+Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSources sources_in) {
+  // Nothing we do here may propagate back to the host's mounts.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return errno_error("make mounts private");
+  }
+  std::vector<OpenedSource>& sources = sources_in.by_mount;
   if (::mount("tmpfs", kStage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755") != 0) {
     return errno_error("mount root tmpfs");
   }
@@ -243,7 +256,7 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy) {
         s = write_file(dst, m.content);
         break;
       case MountSpec::Kind::pack_root:
-        s = build_pack_root(sources[i].fd.get(), dst, policy.sandbox_uid, policy.sandbox_gid);
+        s = build_pack_root(sources_in.pack_entries, dst, policy.sandbox_uid, policy.sandbox_gid);
         break;
       case MountSpec::Kind::dev:
         s = build_dev(dst);
@@ -260,6 +273,7 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy) {
     if (!s) return s.error();
   }
   sources.clear();
+  sources_in.pack_entries.clear();
   // /workdir itself: an empty inputs/ when no --input was given, then read-only (M5).
   const std::string workdir = stage + "/workdir";
   if (::access((workdir + "/inputs").c_str(), F_OK) != 0) {

@@ -228,8 +228,14 @@ Status step_done(Stmt& s, sqlite3* db, const fs::path& path, const std::string& 
 
 Result<Store> Store::open(const fs::path& home) {
   std::error_code ec;
-  fs::create_directories(home, ec);
-  if (ec) return make_error("create the SoyaOS home " + home.string(), ec.value());
+  // The home holds every run's events: private to its owner when we create it (an
+  // existing directory keeps the mode its owner chose).
+  if (!fs::exists(home, ec)) {
+    fs::create_directories(home, ec);
+    if (ec) return make_error("create the SoyaOS home " + home.string(), ec.value());
+    fs::permissions(home, fs::perms::owner_all, ec);
+  }
+  if (!fs::is_directory(home, ec)) return make_error("the SoyaOS home " + home.string() + " is not a directory", ENOTDIR);
   Store store;
   store.path_ = home / "moon.db";
   int rc = sqlite3_open_v2(store.path_.c_str(), &store.db_,

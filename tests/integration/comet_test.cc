@@ -134,6 +134,18 @@ TEST_F(CometTest, ReadingThePackWorks) {
   expect_allowed(probe({"read", "/workdir/probe.py"}));
 }
 
+TEST_F(CometTest, APackInAPrivateDirectoryRunsAsRoot) {
+  // As root the agent is host nobody, yet the operator's pack may live under /root (0700):
+  // the Comet opens its sources before taking the sandbox's ids.
+  if (rootless_mode() || ::geteuid() != 0) GTEST_SKIP() << "root only";
+  auto priv = dir_.path() / "private";
+  std::filesystem::create_directories(priv);
+  std::filesystem::rename(pack_, priv / "pack");
+  std::filesystem::permissions(priv, std::filesystem::perms::owner_all);
+  pack_ = priv / "pack";
+  expect_allowed(probe({"read", "/workdir/probe.py"}));
+}
+
 TEST_F(CometTest, ReadingTheRuntimeLayerWorks) {
   expect_allowed(probe({"read", "/usr/lib/python3.11/json/__init__.py"}));
 }
