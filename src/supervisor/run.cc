@@ -172,10 +172,14 @@ RunReport run_pack(const RunRequest& request) {
     setup_us[comet::kSetupStepNames[i]] = (launched->step_ns[i] - prev) / 1000;
     prev = launched->step_ns[i];
   }
-  auto outcome = supervise(*launched, *policy, [&](const Violation& v) {
-    report.violations.push_back(v);
-    if (report.violations.size() <= kMaxViolationEvents) emit("capability_violation", violation_data(v));
-  });
+  report.captured.enabled = request.capture_output;
+  auto outcome = supervise(
+      *launched, *policy,
+      [&](const Violation& v) {
+        report.violations.push_back(v);
+        if (report.violations.size() <= kMaxViolationEvents) emit("capability_violation", violation_data(v));
+      },
+      &report.captured);
   if (!outcome) {
     report.error = "supervisor: " + outcome.error().describe();
     return report;

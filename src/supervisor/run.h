@@ -44,6 +44,7 @@ struct RunRequest {
   policy::RunOptions options;
   std::vector<std::string> event_files;  // --events FILE (append)
   bool events_to_stdout = false;         // --events -
+  bool capture_output = false;           // keep stdout/stderr in the report instead of relaying
   RunHooks hooks;
 };
 
@@ -54,6 +55,7 @@ struct RunReport {
   std::vector<Violation> violations;  // in order
   RunOutcome outcome;
   CollectReport outputs;
+  OutputCapture captured;             // when capture_output
   std::string out_dir;
 };
 

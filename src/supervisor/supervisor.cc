@@ -12,6 +12,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -32,12 +33,18 @@ Status add(int epfd, int fd, Tag tag) {
 
 void remove(int epfd, int fd) { (void)::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr); }
 
-// Relays one chunk of the agent's output; false at EOF.
-bool relay(int from, int to) {
+// Relays (or captures) one chunk of the agent's output; false at EOF.
+bool relay(int from, int to, std::string* sink, size_t cap, uint64_t* dropped) {
   char buf[65536];
   ssize_t n = ::read(from, buf, sizeof buf);
   if (n < 0) return errno == EINTR || errno == EAGAIN;
   if (n == 0) return false;
+  if (sink != nullptr) {
+    size_t keep = std::min(static_cast<size_t>(n), cap - std::min(cap, sink->size()));
+    sink->append(buf, keep);
+    *dropped += static_cast<uint64_t>(n) - keep;
+    return true;
+  }
   ssize_t off = 0;
   while (off < n) {
     ssize_t w = ::write(to, buf + off, static_cast<size_t>(n - off));
@@ -93,7 +100,8 @@ int pidfd_kill(int pidfd) {
 }  // namespace
 
 Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& policy,
-                             const ViolationCallback& on_violation) {
+                             const ViolationCallback& on_violation, OutputCapture* capture) {
+  const bool capturing = capture != nullptr && capture->enabled;
   auto start = std::chrono::steady_clock::now();
   RunOutcome outcome;
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
@@ -153,13 +161,15 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
     for (int i = 0; i < n; ++i) {
       switch (events[i].data.u64) {
         case kStdout:
-          if (!relay(comet.stdout_read.get(), STDOUT_FILENO)) {
+          if (!relay(comet.stdout_read.get(), STDOUT_FILENO, capturing ? &capture->out : nullptr,
+                     capturing ? capture->cap_bytes : 0, capturing ? &capture->out_dropped : nullptr)) {
             remove(epoll.get(), comet.stdout_read.get());
             stdout_open = false;
           }
           break;
         case kStderr:
-          if (!relay(comet.stderr_read.get(), STDERR_FILENO)) {
+          if (!relay(comet.stderr_read.get(), STDERR_FILENO, capturing ? &capture->err : nullptr,
+                     capturing ? capture->cap_bytes : 0, capturing ? &capture->err_dropped : nullptr)) {
             remove(epoll.get(), comet.stderr_read.get());
             stderr_open = false;
           }

@@ -35,9 +35,18 @@ struct RunOutcome {
 // Called once per violation, as it happens (the event must be emitted at once, C8).
 using ViolationCallback = std::function<void(const Violation&)>;
 
+// Where the agent's output goes: relayed to soyaos's own stdout/stderr, or captured
+// (bounded; bytes past the cap are counted, not kept) for `pack test` and the cache.
+struct OutputCapture {
+  bool enabled = false;
+  size_t cap_bytes = 16u << 20;
+  std::string out, err;
+  uint64_t out_dropped = 0, err_dropped = 0;
+};
+
 // Runs the loop until the agent is gone and its output drained.
 Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& policy,
-                             const ViolationCallback& on_violation);
+                             const ViolationCallback& on_violation, OutputCapture* capture = nullptr);
 
 struct CollectReport {
   uint64_t files = 0;
