@@ -1,0 +1,717 @@
+# Attack programs run INSIDE a real Comet by tests/escape/escape_test.cc.
+#
+# `attack.py GROUP [ARGS...]` runs every case of GROUP in one Comet and prints one line per
+# case: "CASE <name> ok[ detail]" when the attempt worked, "CASE <name> errno=NAME" when the
+# kernel (or the supervisor) refused it, "CASE <name> error=TYPE" for other exceptions.
+# Exec targets print "ESCAPED" if they ever run. The host-side driver decides what is safe;
+# this program only tries and reports. Every attack here is written so that a success does
+# not damage the host (writes open without writing, children exit at once).
+import base64
+import ctypes
+import errno
+import hashlib
+import mmap
+import os
+import resource
+import shutil
+import signal
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+ESC = ["/usr/bin/python3", "-c", "print('ESCAPED', flush=True)"]
+
+
+def report(name, status):
+    print("CASE %s %s" % (name, status), flush=True)
+
+
+def case(name, fn):
+    try:
+        detail = fn()
+    except OSError as e:
+        report(name, "errno=" + errno.errorcode.get(e.errno, str(e.errno)))
+        return
+    except Exception as e:  # noqa: BLE001 - the driver wants to see every outcome
+        report(name, "error=" + type(e).__name__)
+        return
+    report(name, "ok" + ("" if detail is None else " " + str(detail)))
+
+
+def sysc(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_ulong(a & 0xFFFFFFFFFFFFFFFF) if isinstance(a, int)
+                                          else a for a in args])
+    if r == -1:
+        raise OSError(ctypes.get_errno(), "syscall %d" % nr)
+    return r
+
+
+_pages = []
+
+
+def shellcode(code, restype=ctypes.c_long):
+    m = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                  prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(code)
+    _pages.append(m)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    return ctypes.CFUNCTYPE(restype)(addr)
+
+
+def raw_child_syscall(nr, rdi):
+    """syscall(nr, rdi, 0, 0, 0, 0) from machine code; a child (rax == 0) exits at once
+    without touching the stack, so fork, vfork and clone(CLONE_VM) are all safe to try."""
+    code = (b"\x48\xb8" + struct.pack("<Q", nr) + b"\x48\xbf" + struct.pack("<Q", rdi & (2**64 - 1)) +
+            b"\x31\xf6\x31\xd2\x45\x31\xd2\x45\x31\xc0\x0f\x05"
+            b"\x48\x85\xc0\x75\x0c"
+            b"\xb8\x3c\x00\x00\x00\xbf\x2a\x00\x00\x00\x0f\x05"
+            b"\xc3")
+    r = shellcode(code)()
+    if -4096 < r < 0:
+        raise OSError(-r, "raw")
+    return r
+
+
+def int80(nr, a=0, b=0, c=0):
+    """An i386 syscall through int 0x80; returns the raw 32-bit result."""
+    code = (b"\x53\xb8" + struct.pack("<I", nr) + b"\xbb" + struct.pack("<I", a) + b"\xb9" + struct.pack("<I", b) +
+            b"\xba" + struct.pack("<I", c) + b"\xcd\x80\x5b\xc3")
+    return shellcode(code, ctypes.c_int)()
+
+
+def i386(nr, *args):
+    def call():
+        r = int80(nr, *args)
+        if -4096 < r < 0:
+            raise OSError(-r, "int80")
+        return r
+    return call
+
+
+def cstr_array(items):
+    arr = (ctypes.c_char_p * (len(items) + 1))()
+    for i, s in enumerate(items):
+        arr[i] = s.encode()
+    arr[len(items)] = None
+    return arr
+
+
+def execveat(dirfd, path, argv, flags):
+    a = cstr_array(argv)
+    e = cstr_array([])
+    return sysc(322, dirfd, ctypes.c_char_p(path), a, e, flags)
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def allow_all_prog():
+    insn = struct.pack("<HBBI", 0x06, 0, 0, 0x7FFF0000)  # BPF_RET|BPF_K SECCOMP_RET_ALLOW
+    buf = ctypes.create_string_buffer(insn)
+    prog = struct.pack("<HxxxxxxQ", 1, ctypes.addressof(buf))
+    pbuf = ctypes.create_string_buffer(prog)
+    _pages.append((buf, pbuf))
+    return ctypes.addressof(pbuf)
+
+
+# ---- exec ---------------------------------------------------------------------------------
+
+def os_fork():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    return pid
+
+
+def memfd_copy(path="/usr/bin/python3"):
+    fd = os.memfd_create("x", 0)
+    with open(path, "rb") as f:
+        os.write(fd, f.read())
+    return fd
+
+
+def write_exec(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, 0o755)
+
+
+def exec_from_thread():
+    box = []
+
+    def t():
+        try:
+            os.execv(ESC[0], ESC)
+        except OSError as e:
+            box.append(e)
+    th = threading.Thread(target=t)
+    th.start()
+    th.join()
+    raise box[0]
+
+
+def group_exec(args):
+    import subprocess
+    case("exec.subprocess", lambda: subprocess.run(ESC).returncode)
+    case("exec.posix_spawn", lambda: os.posix_spawn(ESC[0], ESC, {}))
+    case("exec.os_fork", os_fork)
+    case("exec.raw_fork", lambda: raw_child_syscall(57, 0))
+    case("exec.raw_vfork", lambda: raw_child_syscall(58, 0))
+    case("exec.clone_sigchld", lambda: raw_child_syscall(56, signal.SIGCHLD))
+    case("exec.clone_vm_vfork", lambda: raw_child_syscall(56, 0x100 | 0x4000 | signal.SIGCHLD))
+    case("exec.clone_thread_bit_high", lambda: raw_child_syscall(56, (0x10000 << 32) | signal.SIGCHLD))
+    case("exec.clone_thread_newuser", lambda: raw_child_syscall(56, 0x10000 | 0x800 | 0x100 | 0x10000000))
+    case("exec.clone3", lambda: sysc(435, 0, 0))
+    case("exec.memfd_execveat", lambda: execveat(memfd_copy(), b"", ESC, 0x1000))
+    case("exec.memfd_fexecve", lambda: os.execve(memfd_copy(), ESC, {}))
+    case("exec.proc_self_fd", lambda: os.execv("/proc/self/fd/%d" % os.open(ESC[0], os.O_RDONLY), ESC))
+    case("exec.proc_self_exe", lambda: os.execv("/proc/self/exe", ESC))
+    case("exec.ld_so", lambda: os.execv("/lib64/ld-linux-x86-64.so.2", ["ld.so"] + ESC))
+    case("exec.execveat_dirfd", lambda: execveat(os.open("/usr/bin", os.O_RDONLY | os.O_DIRECTORY), b"python3",
+                                                 ESC, 0))
+    case("exec.shebang_in_out", lambda: (write_exec("/workdir/out/s.py", b"#!/usr/bin/python3\nprint('ESCAPED')\n"),
+                                         os.execv("/workdir/out/s.py", ["s.py"])))
+    case("exec.copied_interpreter", lambda: (shutil.copyfile(ESC[0], "/workdir/out/py"), os.chmod("/workdir/out/py", 0o755),
+                                             os.execv("/workdir/out/py", ESC)))
+    case("exec.from_thread", exec_from_thread)
+    case("exec.null_path", lambda: sysc(59, 0, 0, 0))
+    case("exec.alive", lambda: os.getpid())
+
+
+# ---- seccomp ------------------------------------------------------------------------------
+
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+
+
+def ioctl(fd, req):
+    c = ctypes.c_char(b"x")
+    return lambda: sysc(16, fd, req, ctypes.addressof(c))
+
+
+def pvm_writev_self():
+    src = ctypes.create_string_buffer(b"hello")
+    dst = ctypes.create_string_buffer(8)
+    liov = struct.pack("<QQ", ctypes.addressof(src), 5)
+    riov = struct.pack("<QQ", ctypes.addressof(dst), 5)
+    lb, rb = ctypes.create_string_buffer(liov), ctypes.create_string_buffer(riov)
+    n = sysc(311, os.getpid(), ctypes.addressof(lb), 1, ctypes.addressof(rb), 1, 0)
+    return "%d %s" % (n, dst.value.decode())
+
+
+def group_seccomp(args):
+    for fd in (0, 1, 2):
+        case("seccomp.tiocsti_fd%d" % fd, ioctl(fd, TIOCSTI))
+        case("seccomp.tiocsti_high_fd%d" % fd, ioctl(fd, TIOCSTI | (1 << 32)))
+        case("seccomp.tiocsti_allhigh_fd%d" % fd, ioctl(fd, TIOCSTI | 0xFFFFFFFF00000000))
+    case("seccomp.tioclinux", ioctl(1, TIOCLINUX))
+    case("seccomp.dev_tty_open", lambda: os.open("/dev/tty", os.O_RDWR))
+    case("seccomp.x32_getpid", lambda: sysc(39 | 0x40000000))
+    case("seccomp.x32_mount", lambda: sysc(165 | 0x40000000, 0, 0, 0, 0, 0))
+    case("seccomp.x32_execve", lambda: sysc(520 | 0x40000000, 0, 0, 0))
+    case("seccomp.x32_ioctl_tiocsti", lambda: sysc(514 | 0x40000000, 0, TIOCSTI, 0))
+    case("seccomp.i386_getpid", i386(20))
+    case("seccomp.i386_mount", i386(21))
+    case("seccomp.i386_ptrace", i386(26))
+    case("seccomp.i386_execve", i386(11))
+    case("seccomp.i386_ioctl_tiocsti", i386(54, 0, TIOCSTI, 0))
+    case("seccomp.i386_fork", i386(2))
+    prog = allow_all_prog()
+    case("seccomp.filter_new_listener", lambda: sysc(317, 1, 8, prog))
+    case("seccomp.filter_tsync", lambda: sysc(317, 1, 1, prog))
+    case("seccomp.filter_plain", lambda: sysc(317, 1, 0, prog))
+    case("seccomp.get_notif_sizes", lambda: sysc(317, 3, 0, ctypes.addressof(ctypes.create_string_buffer(8))))
+    case("seccomp.prctl_set_seccomp", lambda: sysc(157, 22, 2, prog))
+    case("seccomp.prctl_set_seccomp_high", lambda: sysc(157, 22 | (1 << 32), 2, prog))
+    case("seccomp.personality_read_implies_exec", lambda: sysc(135, 0x0400000))
+    case("seccomp.personality_rie_high", lambda: sysc(135, 0x0400000 | (1 << 40)))
+    case("seccomp.personality_query", lambda: sysc(135, 0xFFFFFFFF))
+    case("seccomp.process_vm_writev_self", pvm_writev_self)
+    case("seccomp.pidfd_open_1", lambda: sysc(434, 1, 0))
+    case("seccomp.pidfd_getfd", lambda: sysc(438, 0, 0, 0))
+    case("seccomp.ptrace_attach_1", lambda: sysc(101, 16, 1, 0, 0))
+    case("seccomp.ptrace_seize_1", lambda: sysc(101, 0x4206, 1, 0, 0))
+    case("seccomp.ptrace_traceme", lambda: sysc(101, 0, 0, 0, 0))
+    case("seccomp.unshare_user", lambda: sysc(272, 0x10000000))
+    case("seccomp.unshare_zero", lambda: sysc(272, 0))
+    case("seccomp.setns", lambda: sysc(308, os.open("/proc/self/ns/user", os.O_RDONLY), 0))
+    case("seccomp.socket_netlink", lambda: socket.socket(16, socket.SOCK_RAW, 0).fileno())
+    case("seccomp.socket_packet", lambda: socket.socket(17, socket.SOCK_RAW, 0).fileno())
+    case("seccomp.socket_raw_inet", lambda: socket.socket(2, socket.SOCK_RAW, 1).fileno())
+    case("seccomp.socket_netlink_high", lambda: sysc(41, 16 | (1 << 32), 3, 0))
+    case("seccomp.setrlimit_nofile_raise", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20)))
+    case("seccomp.seccomp_strict", lambda: sysc(317, 0, 0, 0))
+    case("seccomp.alive", lambda: os.getpid())
+
+
+# ---- the sweep --------------------------------------------------------------------------
+
+SWEEP_SKIP = {15: "rt_sigreturn", 23: "select", 34: "pause", 56: "clone", 57: "fork", 58: "vfork",
+              59: "execve", 60: "exit", 231: "exit_group", 270: "pselect6", 271: "ppoll",
+              317: "seccomp", 322: "execveat", 3: "close", 335: "uretprobe"}
+I386_SKIP = {1, 2, 11, 29, 72, 82, 119, 120, 142, 173, 179, 190, 252, 308, 309, 358, 435, 6}
+
+
+def group_sweep(args):
+    for nr in range(0, 461):
+        if nr in SWEEP_SKIP:
+            continue
+        ctypes.set_errno(0)
+        r = libc.syscall(ctypes.c_long(nr), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0),
+                         ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+        e = ctypes.get_errno()
+        report("sweep.%d" % nr, ("errno=" + errno.errorcode.get(e, str(e))) if r == -1 else "ok %d" % r)
+    bad = []
+    for nr in range(0, 548):
+        r = libc.syscall(ctypes.c_long(nr | 0x40000000), *[ctypes.c_long(0)] * 6)
+        if not (r == -1 and ctypes.get_errno() == errno.ENOSYS):
+            bad.append(nr)
+    report("sweep.x32_all", "ok bad=" + ",".join(map(str, bad)))
+    bad = []
+    for nr in range(0, 451):
+        if nr in I386_SKIP:
+            continue
+        if int80(nr) != -errno.ENOSYS:
+            bad.append(nr)
+    report("sweep.i386_all", "ok bad=" + ",".join(map(str, bad)))
+    # uretprobe (335): the kernel runs it before seccomp (passthrough by design) and, outside
+    # a uretprobe trampoline, answers with SIGILL; catch it to record what happened.
+    got = []
+    old = signal.signal(signal.SIGILL, lambda *a: got.append(1))
+    r = libc.syscall(ctypes.c_long(335), *[ctypes.c_long(0)] * 6)
+    signal.signal(signal.SIGILL, old)
+    report("sweep.335", "ok %d sigill=%d" % (r, len(got)))
+    report("sweep.done", "ok")
+
+
+# ---- the observer --------------------------------------------------------------------------
+
+def toctou(name, a, b, flags=os.O_RDONLY, iterations=3000, mode=0o644):
+    size = max(len(a), len(b)) + 1
+    buf = ctypes.create_string_buffer(size)
+    pa, pb = a.encode() + b"\0", b.encode() + b"\0"
+    stop = threading.Event()
+
+    def flipper():
+        while not stop.is_set():
+            ctypes.memmove(buf, pa, len(pa))
+            ctypes.memmove(buf, pb, len(pb))
+
+    digests, opened, failed = {}, 0, 0
+    t = threading.Thread(target=flipper)
+    t.start()
+    try:
+        for _ in range(iterations):
+            fd = libc.open(buf, flags, mode)
+            if fd < 0:
+                failed += 1
+                continue
+            opened += 1
+            if flags == os.O_RDONLY:
+                data = b""
+                while True:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                d = sha(data)
+                digests[d] = digests.get(d, 0) + 1
+            os.close(fd)
+    finally:
+        stop.set()
+        t.join()
+    report(name, "ok opened=%d failed=%d digests=%s" % (opened, failed, ",".join(sorted(digests))))
+
+
+def group_observer(args):
+    canary, canary_dir = args[0], args[1]
+    with open("/etc/passwd", "rb") as f:
+        report("observer.sandbox_passwd", "ok " + sha(f.read()))
+    with open("/workdir/attack.py", "rb") as f:
+        report("observer.attack_py", "ok " + sha(f.read()))
+    toctou("observer.toctou_passwd", "/workdir/attack.py", "/etc/passwd")
+    toctou("observer.toctou_canary", "/workdir/attack.py", canary)
+    toctou("observer.toctou_proc_root", "/workdir/attack.py", "/proc/1/root/../../../.." + canary)
+    toctou("observer.toctou_write", "/workdir/out/t", canary_dir + "/pwned", flags=os.O_WRONLY | os.O_CREAT,
+           iterations=1000)
+    toctou("observer.toctou_write_setuid", "/workdir/out/t2", canary_dir + "/pwned2",
+           flags=os.O_WRONLY | os.O_CREAT, iterations=500, mode=0o6755)
+
+
+def open_loop(stop, counter, path="/workdir/attack.py"):
+    while not stop.is_set():
+        try:
+            os.close(os.open(path, os.O_RDONLY))
+            counter.append(1)
+        except OSError:
+            counter.append(0)
+
+
+def flood(threads, count):
+    fails = []
+
+    def w():
+        n = 0
+        for _ in range(count):
+            try:
+                os.close(os.open("/workdir/attack.py", os.O_RDONLY))
+            except OSError:
+                n += 1
+        fails.append(n)
+    ts = [threading.Thread(target=w) for _ in range(threads)]
+    t0 = time.monotonic()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return "%d in %.1fs" % (sum(fails), time.monotonic() - t0)
+
+
+def signal_storm():
+    signal.signal(signal.SIGUSR1, lambda *a: None)
+    stop, counter = threading.Event(), []
+    ts = [threading.Thread(target=open_loop, args=(stop, counter)) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for _ in range(500):
+        time.sleep(0.001)
+        for t in ts:
+            try:
+                signal.pthread_kill(t.ident, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+    stop.set()
+    for t in ts:
+        t.join()
+    return "opens=%d failed=%d" % (len(counter), counter.count(0))
+
+
+def short_lived_threads():
+    n = 0
+    for _ in range(50):
+        ts = [threading.Thread(target=lambda: os.close(os.open("/workdir/attack.py", os.O_RDONLY)))
+              for _ in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        n += len(ts)
+    return n
+
+
+def group_observer2(args):
+    case("observer.flood_16x625", lambda: flood(16, 625))
+    case("observer.signal_storm", signal_storm)
+    case("observer.short_lived_threads", short_lived_threads)
+    # Exit the whole thread group while 16 threads are blocked in notifications.
+    stop, counter = threading.Event(), []
+    for _ in range(16):
+        threading.Thread(target=open_loop, args=(stop, counter), daemon=True).start()
+    time.sleep(0.3)
+    report("observer.exit_mid_notification", "ok opens=%d" % len(counter))
+    os._exit(0)
+
+
+# ---- filesystem ---------------------------------------------------------------------------
+
+def fd_scan():
+    listed = sorted(int(x) for x in os.listdir("/proc/self/fd"))
+    live = []
+    for fd in range(3, 1025):
+        try:
+            os.fstat(fd)
+            live.append(fd)
+        except OSError:
+            pass
+    return "listed=%s live=%s" % (",".join(map(str, listed)), ",".join(map(str, live)))
+
+
+def libc_path():
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "libc.so.6" in line:
+                return line.split()[-1]
+    raise RuntimeError("no libc")
+
+
+def open_no_write(path, flags):
+    fd = os.open(path, flags)
+    os.close(fd)  # never write: a success is the finding, not damage
+    return "OPENED"
+
+
+def mmap_shared_write(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        m = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        m.close()
+        return "MAPPED"
+    finally:
+        os.close(fd)
+
+
+def handle_at():
+    buf = ctypes.create_string_buffer(8 + 128)
+    struct.pack_into("<I", buf, 0, 128)
+    mount_id = ctypes.c_int()
+    sysc(303, -100 & (2**64 - 1), ctypes.c_char_p(b"/workdir/attack.py"), ctypes.addressof(buf),
+         ctypes.addressof(mount_id), 0)
+    return sysc(304, 0, ctypes.addressof(buf), 0)
+
+
+def handle_at_forged():
+    # A forged ext4 handle for the root inode (2) of whatever fs fd 0 lives on.
+    buf = ctypes.create_string_buffer(struct.pack("<Ii", 8, 1) + struct.pack("<II", 2, 0))
+    return sysc(304, os.open("/workdir/attack.py", os.O_RDONLY), ctypes.addressof(buf), 0)
+
+
+def setuid_create():
+    fd = os.open("/workdir/out/suid_create", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o6755)
+    os.close(fd)
+    return oct(os.stat("/workdir/out/suid_create").st_mode)
+
+
+def setuid_mknod():
+    os.mknod("/workdir/out/suid_mknod", stat.S_IFREG | 0o6755)
+    return oct(os.stat("/workdir/out/suid_mknod").st_mode)
+
+
+def chmod_variant(name, fn):
+    path = "/workdir/out/" + name
+    with open(path, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    fn(path)
+    return oct(os.stat(path).st_mode)
+
+
+def hardlink_multiply():
+    with open("/workdir/out/big", "wb") as f:
+        f.write(b"A" * (3 << 20))
+    for i in range(12):
+        os.link("/workdir/out/big", "/workdir/out/big.link%d" % i)
+    return "13 names x 3MiB"
+
+
+def deep_dirs():
+    p = "/workdir/out/deep"
+    os.mkdir(p)
+    fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(600):
+        os.mkdir("d", dir_fd=fd)
+        nfd = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    with open("x", "wb", opener=lambda p_, fl: os.open(p_, fl, 0o644, dir_fd=fd)) as f:
+        f.write(b"deep")
+    os.close(fd)
+    return 600
+
+
+def group_fs(args):
+    canary, canary_dir = args[0], args[1]
+    case("fs.fd_scan", fd_scan)
+    case("fs.read_host_canary", lambda: open(canary, "rb").read())
+    case("fs.write_host_dir", lambda: open(canary_dir + "/pwned", "wb").close())
+    case("fs.proc_root_canary", lambda: open("/proc/self/root" + canary, "rb").read())
+    case("fs.write_proc_self_exe", lambda: open_no_write("/proc/self/exe", os.O_WRONLY))
+    case("fs.rdwr_proc_self_exe", lambda: open_no_write("/proc/self/exe", os.O_RDWR))
+    lp = libc_path()
+    case("fs.write_libc", lambda: open_no_write(lp, os.O_WRONLY))
+    case("fs.write_python_lib", lambda: open_no_write("/usr/lib/python3.11/os.py", os.O_WRONLY | os.O_APPEND))
+    case("fs.truncate_libc", lambda: sysc(76, ctypes.c_char_p(lp.encode()), os.stat(lp).st_size))  # same size
+    case("fs.mmap_shared_write_libc", lambda: mmap_shared_write(lp))
+    case("fs.umount_workdir", lambda: sysc(166, ctypes.c_char_p(b"/workdir"), 2))
+    case("fs.umount_root", lambda: sysc(166, ctypes.c_char_p(b"/"), 2))
+    case("fs.mount_tmpfs", lambda: sysc(165, ctypes.c_char_p(b"none"), ctypes.c_char_p(b"/workdir"),
+                                        ctypes.c_char_p(b"tmpfs"), 0, 0))
+    case("fs.mount_bind_remount_rw", lambda: sysc(165, 0, ctypes.c_char_p(b"/usr"), 0, 0x20 | 0x1000, 0))
+    case("fs.open_tree", lambda: sysc(428, -100 & (2**64 - 1), ctypes.c_char_p(b"/"), 1))
+    case("fs.chroot", lambda: sysc(161, ctypes.c_char_p(b"/workdir/out")))
+    case("fs.open_by_handle_at", handle_at)
+    case("fs.open_by_handle_forged", handle_at_forged)
+    case("fs.link_pack_into_out", lambda: os.link("/workdir/attack.py", "/workdir/out/hl"))
+    case("fs.link_python_into_out", lambda: os.link("/usr/bin/python3.11", "/workdir/out/hl2"))
+    case("fs.rename_out_to_pack", lambda: (open("/workdir/out/mv", "wb").close(), os.rename("/workdir/out/mv",
+                                                                                             "/workdir/mv")))
+    case("fs.rename_out_itself", lambda: os.rename("/workdir/out", "/workdir/out2"))
+    case("fs.proc_sys_write", lambda: open("/proc/sys/kernel/hostname", "w").write("x"))
+    case("fs.proc_sysrq", lambda: open("/proc/sysrq-trigger", "w").close())
+    case("fs.sys_exists", lambda: str(os.path.exists("/sys")))
+    case("fs.mknod_dev_null", lambda: os.mknod("/workdir/out/devnull", stat.S_IFCHR | 0o666, os.makedev(1, 3)))
+    case("fs.mknod_block", lambda: os.mknod("/workdir/out/vda", stat.S_IFBLK | 0o666, os.makedev(253, 0)))
+    case("fs.mkfifo_out", lambda: os.mkfifo("/workdir/out/fifo"))
+    case("fs.socket_in_out", lambda: socket.socket(socket.AF_UNIX).bind("/workdir/out/sock"))
+    case("fs.symlink_to_canary", lambda: os.symlink(canary, "/workdir/out/canary_link"))
+    case("fs.symlink_to_etc", lambda: os.symlink("/etc/passwd", "/workdir/out/pw_link"))
+    case("fs.symlink_dotdot", lambda: os.symlink("../../../../../../", "/workdir/out/up"))
+    case("fs.sparse_1tib", lambda: open("/workdir/out/sparse", "wb").truncate(1 << 40))
+    case("fs.setuid_chmod", lambda: chmod_variant("suid_chmod", lambda p: os.chmod(p, 0o4755)))
+    case("fs.setgid_chmod", lambda: chmod_variant("sgid_chmod", lambda p: os.chmod(p, 0o2755)))
+    case("fs.setuid_chmod_high", lambda: chmod_variant("suid_high", lambda p: sysc(90, ctypes.c_char_p(p.encode()),
+                                                                                   0o4755 | (1 << 32))))
+    case("fs.setuid_fchmodat2", lambda: chmod_variant("suid_fchmodat2", lambda p: sysc(
+        452, -100 & (2**64 - 1), ctypes.c_char_p(p.encode()), 0o4755, 0)))
+    case("fs.setuid_create", setuid_create)
+    case("fs.setuid_mknod", setuid_mknod)
+    case("fs.setxattr_caps", lambda: os.setxattr("/workdir/out/suid_chmod", "security.capability", b"\x01" * 20))
+    case("fs.hardlink_multiply", hardlink_multiply)
+    case("fs.deep_dirs", deep_dirs)
+    case("fs.dir_setgid", lambda: (os.mkdir("/workdir/out/sgid_dir", 0o2777),
+                                   oct(os.stat("/workdir/out/sgid_dir").st_mode))[1])
+    case("fs.alive", lambda: os.getpid())
+
+
+# ---- IPC ----------------------------------------------------------------------------------
+
+def connect(addr):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect(addr)
+    s.sendall(b"ESCAPED")
+    return "CONNECTED"
+
+
+def group_ipc(args):
+    abstract, path, host_pid, key = args[0], args[1], int(args[2]), int(args[3], 0)
+    case("ipc.abstract_socket", lambda: connect("\0" + abstract))
+    case("ipc.pathname_socket", lambda: connect(path))
+    case("ipc.tmp_listing", lambda: ",".join(os.listdir("/tmp")))
+    case("ipc.kill_host_pid", lambda: os.kill(host_pid, signal.SIGKILL))
+    case("ipc.kill_host_pid_sig0", lambda: os.kill(host_pid, 0))
+    case("ipc.pidfd_host_pid", lambda: sysc(434, host_pid, 0))
+    case("ipc.proc_host_pid", lambda: os.listdir("/proc/%d" % host_pid))
+    case("ipc.shmget", lambda: sysc(29, key, 0, 0))
+    case("ipc.msgget", lambda: sysc(68, key, 0))
+    case("ipc.semget", lambda: sysc(64, key, 0, 0))
+    case("ipc.shm_stat_0", lambda: sysc(31, 0, 13, ctypes.addressof(ctypes.create_string_buffer(256))))  # SHM_STAT
+    case("ipc.mq_open", lambda: sysc(240, ctypes.c_char_p(b"soyaos-escape"), 0, 0, 0))
+    case("ipc.dev_shm", lambda: os.listdir("/dev/shm"))
+    case("ipc.kill_all", lambda: os.kill(-1, signal.SIGKILL))
+    case("ipc.alive", lambda: os.getpid())
+
+
+# ---- resources ----------------------------------------------------------------------------
+
+def thread_bomb(n):
+    started, stop = 0, threading.Event()
+    try:
+        for _ in range(n):
+            threading.Thread(target=stop.wait, daemon=True).start()
+            started += 1
+    finally:
+        stop.set()
+    return started
+
+
+def alloc(mib):
+    blocks = [bytearray(1 << 20) for _ in range(mib)]
+    return len(blocks)
+
+
+def shared_alloc(mib):
+    m = mmap.mmap(-1, mib << 20, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    for off in range(0, mib << 20, 4096):
+        m[off] = 1
+    m.close()
+    return mib
+
+
+def fill(path, size):
+    with open(path, "wb") as f:
+        chunk = b"\xaa" * 65536
+        for _ in range(size // 65536):
+            f.write(chunk)
+    return size
+
+
+def fd_exhaust():
+    fds = []
+    try:
+        while len(fds) < 100000:
+            fds.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        n = len(fds)
+        for fd in fds:
+            os.close(fd)
+        return "%s after %d" % (errno.errorcode[e.errno], n)
+    return "no limit"
+
+
+def output_flood(mib):
+    chunk = b"F" * (1 << 20)
+    out = sys.stdout.buffer
+    for _ in range(mib):
+        out.write(chunk)
+    out.write(b"\n")
+    out.flush()
+    sys.stderr.buffer.write(b"E" * (8 << 20))
+    sys.stderr.flush()
+    return mib
+
+
+def group_resources(args):
+    what = args[0]
+    if what == "threads":
+        case("res.thread_bomb", lambda: thread_bomb(500))
+    elif what == "memory":
+        case("res.alloc_512", lambda: alloc(512))
+        case("res.alloc_32", lambda: alloc(32))
+        case("res.mmap_private_512", lambda: len(mmap.mmap(-1, 512 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)))
+        case("res.shared_anon_256", lambda: shared_alloc(256))
+    elif what == "quota":
+        case("res.fill_past_quota", lambda: fill("/workdir/out/fill", 32 << 20))
+    elif what == "fds":
+        case("res.fd_exhaust", fd_exhaust)
+        case("res.raise_nofile", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096)))
+    elif what == "flood":
+        case("res.output_flood", lambda: output_flood(int(args[1])))
+    elif what == "core":
+        case("res.core_limit", lambda: str(resource.getrlimit(resource.RLIMIT_CORE)))
+        case("res.raise_core", lambda: resource.setrlimit(resource.RLIMIT_CORE, (-1, -1)))
+        case("res.set_dumpable", lambda: libc.prctl(4, 1, 0, 0, 0))
+        os.chdir("/workdir/out")
+        os.abort()
+
+
+# ---- information --------------------------------------------------------------------------
+
+def b64file(path):
+    with open(path, "rb") as f:
+        return base64.b64encode(f.read()).decode()
+
+
+def group_info(args):
+    case("info.env", lambda: ",".join(sorted(os.environ)))
+    case("info.manifest_env", lambda: os.environ["ESCAPE_MANIFEST_VAR"])
+    case("info.kallsyms", lambda: len(open("/proc/kallsyms", "rb").read()))
+    case("info.modules", lambda: len(open("/proc/modules", "rb").read()))
+    case("info.kcore", lambda: os.stat("/proc/kcore").st_size)
+    case("info.mountinfo", lambda: b64file("/proc/self/mountinfo"))
+    case("info.mounts", lambda: b64file("/proc/self/mounts"))
+    case("info.cgroup", lambda: b64file("/proc/self/cgroup"))
+    case("info.hostname", lambda: os.uname().nodename)
+    case("info.status", lambda: " ".join(l.replace("\t", "").strip() for l in open("/proc/self/status")
+                                         if l.startswith(("CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp:"))))
+    case("info.uid_map", lambda: open("/proc/self/uid_map").read().split())
+    case("info.proc_listing", lambda: ",".join(sorted(os.listdir("/proc"))))
+    case("info.root_listing", lambda: ",".join(sorted(os.listdir("/"))))
+    case("info.sys", lambda: os.listdir("/sys"))
+    case("info.environ_pid1", lambda: base64.b64encode(open("/proc/1/environ", "rb").read()).decode())
+
+
+GROUPS = {"exec": group_exec, "seccomp": group_seccomp, "sweep": group_sweep, "observer": group_observer,
+          "observer2": group_observer2, "fs": group_fs, "ipc": group_ipc, "resources": group_resources,
+          "info": group_info}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in GROUPS:
+        print("usage: attack.py GROUP [ARGS...]; groups: " + " ".join(sorted(GROUPS)))
+        sys.exit(2)
+    GROUPS[sys.argv[1]](sys.argv[2:])
+    report("group.end", "ok")
