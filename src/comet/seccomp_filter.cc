@@ -178,17 +178,20 @@ std::vector<Row> agent_table(bool observe_paths) {
                         "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr"}) {
     allow(n, kLookup);
   }
-  const char* kMeta = "metadata write on a reachable file; read-only mounts refuse it";
+  // Metadata writes by path: observed like the other path writes, so that one outside
+  // fs.write fails with EACCES and is reported (a read-only mount alone would say EROFS).
+  const char* kMeta = "C2: metadata write by path, observed (EACCES outside fs.write; mounts+Landlock enforce)";
   for (const char* n : {"utime", "utimes", "futimesat", "utimensat"}) {
-    allow(n, kMeta);
+    notify(n, kMeta);
   }
   // A setuid/setgid bit on a file in /workdir/out would outlive the sandbox on the host:
   // mode changes are allowed only without those bits (EPERM otherwise). A freshly created
   // file's set-id bits are cleared by the kernel on the first write (no CAP_FSETID).
   const char* kChmod = "mode change without S_ISUID/S_ISGID (C5: no set-id files for the host)";
-  t.push_back({"chmod", kAllow, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
+  // By path (chmod, fchmodat) the change is also observed, like the other path writes.
+  t.push_back({"chmod", kNotify, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
   t.push_back({"fchmod", kAllow, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
-  t.push_back({"fchmodat", kAllow, {{2, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
+  t.push_back({"fchmodat", kNotify, {{2, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
   allow("umask", "process file-mode mask");
   // --- ALLOW: polling ---------------------------------------------------------------------
   const char* kPoll = "event loops (asyncio, libuv)";

@@ -401,6 +401,14 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
     case SYS_linkat:
       return both(check_path(n, view, name, as_fd(a[0]), a[1], false, (a[4] & AT_SYMLINK_FOLLOW) != 0),
                   [&] { return write_at(as_fd(a[2]), a[3]); });
+    case SYS_chmod:
+    case SYS_utime:
+    case SYS_utimes: return write_at(AT_FDCWD, a[0], /*follow=*/true);
+    case SYS_fchmodat: return write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0);
+    case SYS_futimesat: return a[1] == 0 ? Decision{} : write_at(as_fd(a[0]), a[1], /*follow=*/true);
+    case SYS_utimensat:
+      // A NULL path changes the fd's own file (futimens): nothing to resolve.
+      return a[1] == 0 ? Decision{} : write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0);
     case SYS_symlink: return write_at(AT_FDCWD, a[1]);
     case SYS_symlinkat: return write_at(as_fd(a[1]), a[2]);
     default: return {};

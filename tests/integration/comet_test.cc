@@ -169,6 +169,12 @@ TEST_F(CometTest, PrefixesAreWholeComponents) {
   expect_violation(probe({"write", "/workdir/outbox"}), "EACCES", "fs", "/workdir/outbox", "write");
 }
 
+TEST_F(CometTest, MetadataWritesOutsideWriteAreEacces) {
+  expect_violation(probe({"chmod", "/workdir/probe.py", "777"}), "EACCES", "fs", "/workdir/probe.py", "write");
+  expect_violation(probe({"utime", "/usr/bin/python3.11"}), "EACCES", "fs", "/usr/bin/python3.11", "write");
+  expect_allowed(probe({"steps", "write:/workdir/out/x", "chmod:/workdir/out/x:600", "utime:/workdir/out/x"}));
+}
+
 TEST_F(CometTest, MkdirOutsideWriteIsEacces) {
   expect_violation(probe({"mkdir", "/workdir/newdir"}), "EACCES", "fs", "/workdir/newdir", "write");
 }
