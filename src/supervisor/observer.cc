@@ -237,8 +237,21 @@ std::string resolve(const Notification& n, AgentView& view, const policy::Policy
   return out.empty() ? "/" : out;
 }
 
+// /proc/PID/{mountinfo,mounts,mountstats} name the host path of every bind mount's source
+// (the mount's root within the host filesystem): the host's directory structure would
+// show. They are refused like undeclared paths.
+bool reveals_host_mounts(const std::string& path) {
+  auto parts = split(path);
+  if (parts.size() < 3 || parts[0] != "proc") return false;
+  size_t i = 2;
+  if (parts.size() >= 5 && parts[2] == "task") i = 4;
+  if (i + 1 != parts.size()) return false;
+  return parts[i] == "mountinfo" || parts[i] == "mounts" || parts[i] == "mountstats";
+}
+
 bool readable(const policy::Policy& p, const std::string& path) {
   if (path == kAnonymous) return true;
+  if (reveals_host_mounts(path)) return false;
   for (const auto* list : {&p.fs.runtime, &p.fs.read, &p.fs.write}) {
     for (const auto& prefix : *list) {
       if (path_covers(prefix, path) || is_ancestor_or_self(path, prefix)) return true;

@@ -130,6 +130,13 @@ TEST_F(CometTest, ProcSelfCwdDotDotStaysInside) {
   expect_violation(probe({"read", "/proc/self/cwd/../../etc/shadow"}), "ENOENT", "fs", "/etc/shadow", "read");
 }
 
+TEST_F(CometTest, MountinfoWouldNameHostPathsAndIsRefused) {
+  expect_violation(probe({"read", "/proc/self/mountinfo"}), "ENOENT", "fs", "/proc/self/mountinfo", "read");
+  expect_violation(probe({"read", "/proc/1/mounts"}), "ENOENT", "fs", "/proc/1/mounts", "read");
+  // procfs is mounted subset=pid: /proc/mounts does not exist at all.
+  EXPECT_EQ(probe({"read", "/proc/mounts"}).result, "errno=ENOENT");
+}
+
 TEST_F(CometTest, ReadingThePackWorks) {
   expect_allowed(probe({"read", "/workdir/probe.py"}));
 }
