@@ -24,7 +24,9 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -408,6 +410,14 @@ TEST_F(EscapeTest, ObserverTocTouNeverReachesHostContent) {
 TEST_F(EscapeTest, ObserverSurvivesFloodsSignalsAndExitMidNotification) {
   auto start = std::chrono::steady_clock::now();
   auto run = attack({"observer2"});
+  // Paths the observer cannot read are the kernel's to decide (EFAULT), never a hang.
+  EXPECT_CASE(run, "observer.open_null", "errno=EFAULT");
+  EXPECT_CASE(run, "observer.open_unmapped", "errno=EFAULT");
+  EXPECT_CASE(run, "observer.open_kernel_address", "errno=EFAULT");
+  EXPECT_CASE(run, "observer.open_page_end", "ok");  // NUL is the page's last byte
+  EXPECT_CASE(run, "observer.open_page_end_unterminated", "errno=EFAULT");
+  EXPECT_CASE(run, "observer.open_long_path", "errno=ENAMETOOLONG");
+  EXPECT_CASE(run, "observer.open_long_dotdots", "ok");
   EXPECT_EQ(run.get("observer.flood_16x625").rfind("ok 0 in", 0), 0u) << run.context();  // 10k, none lost
   EXPECT_EQ(run.get("observer.signal_storm").rfind("ok opens=", 0), 0u) << run.context();
   EXPECT_CASE(run, "observer.short_lived_threads", "ok 400");
@@ -428,6 +438,9 @@ TEST_F(EscapeTest, FilesystemEscapesAreRefusedAndOutIsInert) {
   EXPECT_CASE(run, "fs.fd_scan", "ok listed=0,1,2,3 live=");
   EXPECT_CASE(run, "fs.read_host_canary", "errno=ENOENT");
   EXPECT_CASE(run, "fs.proc_root_canary", "errno=ENOENT");
+  EXPECT_CASE(run, "fs.openat_dotdot_from_out", "errno=ENOENT");
+  EXPECT_CASE(run, "fs.proc_self_cwd_canary", "errno=ENOENT");
+  EXPECT_CASE(run, "fs.proc_fd_dir_canary", "errno=ENOENT");
   EXPECT_REFUSED(run, "fs.write_host_dir");
   // Writing the interpreter or its libraries: EACCES, never EROFS (C2), never opened.
   for (const char* c : {"fs.write_proc_self_exe", "fs.rdwr_proc_self_exe", "fs.write_libc", "fs.write_python_lib",
@@ -451,7 +464,22 @@ TEST_F(EscapeTest, FilesystemEscapesAreRefusedAndOutIsInert) {
   EXPECT_REFUSED(run, "fs.mknod_block");
   EXPECT_CASE(run, "fs.deep_dirs", "ok 600");
   EXPECT_EQ(run.output.exit_code, 3) << run.context();
-  EXPECT_FALSE(run.violations("fs").empty());
+  // The violations name what the agent tried (C8): the host canary (read, ENOENT), the
+  // interpreter behind /proc/self/exe and libc (write, EACCES).
+  auto has = [&](const std::string& resource, const std::string& access, const std::string& err) {
+    for (const auto& v : run.violations("fs")) {
+      const auto& d = v["data"];
+      if (d.value("resource", "") == resource && d.value("access", "") == access && d.value("errno", "") == err) {
+        return true;
+      }
+    }
+    return false;
+  };
+  EXPECT_TRUE(has(canary_.string(), "read", "ENOENT")) << run.output.err;
+  EXPECT_TRUE(has((canary_dir_ / "empty" / "pwned").string(), "write", "EACCES")) << run.output.err;
+  EXPECT_TRUE(has("/usr/bin/python3.11", "write", "EACCES")) << run.output.err;
+  EXPECT_TRUE(has("/usr/lib/x86_64-linux-gnu/libc.so.6", "write", "EACCES")) << run.output.err;
+  EXPECT_TRUE(has("/workdir/mv", "write", "EACCES")) << run.output.err;
   // Host side: traps left in /workdir/out arrive as nothing or as inert regular files;
   // 13 hard links to one 3 MiB file do not multiply past the 16 MiB quota.
   expect_out_is_inert(16u << 20);
@@ -561,23 +589,47 @@ TEST_F(EscapeTest, FdExhaustionIsEmfile) {
   EXPECT_EQ(run.output.exit_code, 0) << run.context();
 }
 
+// The largest VmHWM (KiB) of this process's direct children (soyaos; rootless, setpriv
+// execs soyaos in place), sampled until `stop`.
+long sample_children_hwm(const std::atomic<bool>& stop) {
+  long best = 0;
+  const std::string me = std::to_string(::getpid());
+  while (!stop.load()) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      std::string stat = read_file(e.path() / "stat");
+      auto rp = stat.rfind(')');
+      if (rp == std::string::npos) continue;
+      std::istringstream rest(stat.substr(rp + 2));
+      std::string state, ppid;
+      rest >> state >> ppid;
+      if (ppid != me) continue;
+      std::istringstream status(read_file(e.path() / "status"));
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("VmHWM:", 0) == 0) best = std::max(best, std::stol(line.substr(6)));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return best;
+}
+
 TEST_F(EscapeTest, OutputFloodFinishesWithBoundedSupervisorMemory) {
-  rusage before{};
-  ::getrusage(RUSAGE_CHILDREN, &before);
+  std::atomic<bool> stop{false};
+  long hwm = 0;
+  std::thread sampler([&] { hwm = sample_children_hwm(stop); });
   auto start = std::chrono::steady_clock::now();
   auto run = attack({"resources", "flood", "64"});
+  stop = true;
+  sampler.join();
   EXPECT_EQ(run.output.exit_code, 0) << run.output.err.substr(0, 2000);
   EXPECT_CASE(run, "group.end", "ok");
   EXPECT_GE(run.output.out.size(), 64u << 20);  // passed through, not dropped
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
-  rusage after{};
-  ::getrusage(RUSAGE_CHILDREN, &after);
-  // ru_maxrss (KiB) is the largest child ever waited for: when this run raised it, the
-  // supervisor must still have stayed far below the 72 MiB it relayed.
-  if (after.ru_maxrss > before.ru_maxrss) {
-    EXPECT_LT(after.ru_maxrss, 48 * 1024) << "soyaos buffered the agent's output";
-  }
-  RecordProperty("children_maxrss_kib", std::to_string(after.ru_maxrss));
+  // The supervisor relays 72 MiB; it must not have buffered it.
+  EXPECT_GT(hwm, 0) << "the supervisor process was never sampled";
+  EXPECT_LT(hwm, 40 * 1024) << "soyaos peaked at " << hwm << " KiB while relaying the agent's output";
+  RecordProperty("soyaos_vmhwm_kib", std::to_string(hwm));
 }
 
 TEST_F(EscapeTest, CrashWritesNoCoreDump) {

@@ -405,7 +405,33 @@ def short_lived_threads():
     return n
 
 
+def open_at_page_end(path, terminate):
+    """open() of a path whose bytes end exactly at the end of a page followed by an
+    inaccessible page: with the NUL as the page's last byte, or without any NUL."""
+    m = mmap.mmap(-1, 8192, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    data = path.encode() + (b"\0" if terminate else b"")
+    ctypes.memmove(base + 4096 - len(data), data, len(data))
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if libc.mprotect(ctypes.c_void_p(base + 4096), 4096, 0) != 0:
+        raise OSError(ctypes.get_errno(), "mprotect")
+    fd = libc.open(ctypes.c_void_p(base + 4096 - len(data)), os.O_RDONLY)
+    e = ctypes.get_errno()
+    _pages.append(m)
+    if fd < 0:
+        raise OSError(e, "open")
+    os.close(fd)
+
+
 def group_observer2(args):
+    case("observer.open_null", lambda: sysc(257, -100 & (2**64 - 1), 0, 0))
+    case("observer.open_unmapped", lambda: sysc(2, 0xdead0000, 0))
+    case("observer.open_kernel_address", lambda: sysc(2, 0xffffffffff600000, 0))
+    case("observer.open_page_end", lambda: open_at_page_end("/workdir/attack.py", True))
+    case("observer.open_page_end_unterminated", lambda: open_at_page_end("/workdir/attack.py", False))
+    case("observer.open_long_path", lambda: os.open("/workdir/" + "a" * 5000, os.O_RDONLY))
+    case("observer.open_long_dotdots", lambda: os.open("/workdir/" + "../" * 1300 + "workdir/attack.py",
+                                                       os.O_RDONLY) and None)
     case("observer.flood_16x625", lambda: flood(16, 625))
     case("observer.signal_storm", signal_storm)
     case("observer.short_lived_threads", short_lived_threads)
@@ -519,6 +545,11 @@ def group_fs(args):
     case("fs.read_host_canary", lambda: open(canary, "rb").read())
     case("fs.write_host_dir", lambda: open(canary_dir + "/pwned", "wb").close())
     case("fs.proc_root_canary", lambda: open("/proc/self/root" + canary, "rb").read())
+    out_fd = os.open("/workdir/out", os.O_RDONLY | os.O_DIRECTORY)
+    case("fs.openat_dotdot_from_out", lambda: os.open("../../../../.." + canary, os.O_RDONLY, dir_fd=out_fd))
+    case("fs.proc_self_cwd_canary", lambda: os.open("/proc/self/cwd/../../../.." + canary, os.O_RDONLY))
+    case("fs.proc_fd_dir_canary", lambda: os.open("/proc/self/fd/%d/../../../.." % out_fd + canary, os.O_RDONLY))
+    os.close(out_fd)
     case("fs.write_proc_self_exe", lambda: open_no_write("/proc/self/exe", os.O_WRONLY))
     case("fs.rdwr_proc_self_exe", lambda: open_no_write("/proc/self/exe", os.O_RDWR))
     lp = libc_path()
