@@ -9,6 +9,7 @@ void register_pack_commands(CLI::App& app, CliContext& ctx) {
   register_pack_validate(*pack, ctx);
   register_pack_lint(*pack, ctx);
   register_pack_registry(*pack, ctx);
+  register_pack_test(*pack, ctx);
 }
 
 }  // namespace soyaos::cli

@@ -18,6 +18,7 @@ void register_pack_commands(CLI::App& app, CliContext& ctx);   // cmd_pack.cc: t
 void register_pack_validate(CLI::App& pack, CliContext& ctx);  // cmd_pack_validate.cc
 void register_pack_lint(CLI::App& pack, CliContext& ctx);      // cmd_pack_lint.cc
 void register_pack_registry(CLI::App& pack, CliContext& ctx);  // cmd_pack_registry.cc: push, pull, list, inspect, unflag
+void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.cc
 void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
 void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc

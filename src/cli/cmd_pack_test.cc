@@ -1,0 +1,325 @@
+// `soyaos pack test [DIR|NAME@VERSION] [--strict] [--format text|json]` (SPEC.md T4):
+// runs every example of a pack in its own Comet, checks its `expect`, and reports which
+// declared capabilities no example exercised (the run-time twin of lint's static check).
+// Exit 0 all examples pass, 1 any failure (or no examples, or an invalid manifest, or with
+// --strict a capability not exercised), 2 usage error, 125 a Comet could not start.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/run_moon.h"
+#include "manifest/manifest.h"
+#include "moon/store.h"
+#include "supervisor/run.h"
+
+namespace soyaos::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kOut = "/workdir/out";
+constexpr const char* kInputs = "/workdir/inputs";
+constexpr size_t kStderrTailLines = 20;
+
+struct TestArgs {
+  std::string pack = ".";
+  bool strict = false;
+  std::string format = "text";
+};
+
+struct ExampleResult {
+  std::string name;
+  bool passed = false;
+  bool not_started = false;  // the Comet could not start (exit 125 before the agent ran)
+  long long ms = 0;
+  int exit_code = 0;
+  std::string reason;
+  std::string run_id;
+  std::string stderr_tail;
+};
+
+// A fresh private directory for one example's /workdir/out, removed when done.
+class TempOut {
+ public:
+  TempOut() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/soyaos-pack-test-XXXXXX";
+    if (::mkdtemp(tmpl.data()) != nullptr) root_ = tmpl;
+  }
+  ~TempOut() {
+    std::error_code ec;
+    if (!root_.empty()) fs::remove_all(root_, ec);
+  }
+  TempOut(const TempOut&) = delete;
+  TempOut& operator=(const TempOut&) = delete;
+  [[nodiscard]] bool ok() const { return !root_.empty(); }
+  [[nodiscard]] fs::path out() const { return root_ / "out"; }
+
+ private:
+  fs::path root_;
+};
+
+std::string last_lines(const std::string& text, size_t n) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  size_t from = lines.size() > n ? lines.size() - n : 0;
+  std::string out;
+  for (size_t i = from; i < lines.size(); ++i) out += "    " + lines[i] + "\n";
+  return out;
+}
+
+// Sandbox paths (/workdir/out/REL) of the regular files collected into `dir`.
+std::vector<std::string> collected_files(const fs::path& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return files;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) {
+      files.push_back(std::string(kOut) + "/" + it->path().lexically_relative(dir).generic_string());
+    }
+  }
+  return files;
+}
+
+const manifest::Tool* find_tool(const manifest::Manifest& m, const std::string& name) {
+  for (const auto& t : m.tools) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+// Marks the declared fs paths one example exercised (see docs/cli.md § soyaos pack test).
+void mark_exercised(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
+                    const std::vector<std::string>& outputs, std::vector<bool>& read_hit,
+                    std::vector<bool>& write_hit) {
+  std::vector<std::string> read_targets, write_targets;
+  // The runtime reads its entrypoint from /workdir on every run.
+  read_targets.push_back("/workdir/" + m.agent.entrypoint);
+  if (!ex.input.empty()) {
+    read_targets.emplace_back(kInputs);
+    // A declared path below /workdir/inputs: exercised when the input has it.
+    for (const auto& r : m.capabilities.fs_read) {
+      if (r.path.size() > std::string(kInputs).size() && manifest::path_covers(kInputs, r.path)) {
+        std::error_code ec;
+        fs::path host = pack_dir / ex.input / r.path.substr(std::string(kInputs).size() + 1);
+        if (fs::exists(host, ec)) read_targets.push_back(r.path);
+      }
+    }
+  }
+  for (const auto& name : ex.tools) {
+    const manifest::Tool* t = find_tool(m, name);
+    if (t == nullptr || t->path.empty()) continue;
+    if (t->kind == manifest::ToolKind::fs_read) read_targets.push_back(t->path);
+    if (t->kind == manifest::ToolKind::fs_write) write_targets.push_back(t->path);
+  }
+  write_targets.insert(write_targets.end(), outputs.begin(), outputs.end());
+  for (size_t i = 0; i < m.capabilities.fs_read.size(); ++i) {
+    for (const auto& t : read_targets) {
+      if (manifest::path_covers(m.capabilities.fs_read[i].path, t)) read_hit[i] = true;
+    }
+  }
+  for (size_t i = 0; i < m.capabilities.fs_write.size(); ++i) {
+    for (const auto& t : write_targets) {
+      if (manifest::path_covers(m.capabilities.fs_write[i].path, t)) write_hit[i] = true;
+    }
+  }
+}
+
+std::string violation_text(const supervisor::Violation& v) {
+  return v.surface + (v.access.empty() ? "" : " " + v.access) + " " + v.resource;
+}
+
+ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
+                          const supervisor::RunHooks& hooks, std::vector<bool>& read_hit,
+                          std::vector<bool>& write_hit) {
+  ExampleResult r;
+  r.name = ex.name;
+  TempOut tmp;
+  if (!tmp.ok()) {
+    r.not_started = true;
+    r.exit_code = supervisor::kExitSetup;
+    r.reason = "cannot create a temporary output directory";
+    return r;
+  }
+  supervisor::RunRequest req;
+  req.pack_dir = pack_dir;
+  if (!ex.input.empty()) req.options.input = pack_dir / ex.input;
+  req.options.extra_args = ex.args;
+  req.options.out = tmp.out();
+  req.capture_output = true;
+  req.hooks = hooks;
+
+  auto start = std::chrono::steady_clock::now();
+  auto report = supervisor::run_pack(req);
+  r.ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  r.exit_code = report.exit_code;
+  r.run_id = report.run_id;
+  r.stderr_tail = last_lines(report.captured.err, kStderrTailLines);
+
+  // 125/126 with an error: the agent never ran (a missing layer, an invalid manifest...).
+  if (!report.error.empty() && (report.exit_code == supervisor::kExitSetup ||
+                                report.exit_code == supervisor::kExitNotExecutable) &&
+      report.outcome.duration_us == 0) {
+    r.not_started = report.exit_code == supervisor::kExitSetup;
+    r.reason = "the Comet could not start: " + report.error;
+    return r;
+  }
+
+  auto outputs = collected_files(tmp.out());
+  mark_exercised(m, ex, pack_dir, outputs, read_hit, write_hit);
+
+  const int expected = ex.expect.exit_code.value_or(0);
+  std::vector<std::string> reasons;
+  if (!report.error.empty()) reasons.push_back(report.error);
+  if (!report.violations.empty() && expected != supervisor::kExitViolation) {
+    reasons.push_back("capability violation: " + violation_text(report.violations.front()) +
+                      (report.violations.size() > 1
+                           ? " (+" + std::to_string(report.violations.size() - 1) + " more)"
+                           : ""));
+  } else if (report.exit_code != expected) {
+    std::string why = "exit " + std::to_string(report.exit_code);
+    if (report.outcome.ending == supervisor::Ending::timed_out) why += " (timed out)";
+    reasons.push_back(why + ", expected " + std::to_string(expected));
+  }
+  if (ex.expect.stdout_contains && report.captured.out.find(*ex.expect.stdout_contains) == std::string::npos) {
+    reasons.push_back("stdout lacks \"" + *ex.expect.stdout_contains + "\"");
+  }
+  for (const auto& o : ex.expect.outputs) {
+    std::error_code ec;
+    fs::path rel = fs::path(o).lexically_normal();
+    bool inside = !rel.empty() && rel.is_relative() && *rel.begin() != "..";
+    if (!inside || !fs::is_regular_file(tmp.out() / rel, ec)) reasons.push_back("missing output " + o);
+  }
+  for (size_t i = 0; i < reasons.size(); ++i) r.reason += (i == 0 ? "" : "; ") + reasons[i];
+  r.passed = reasons.empty();
+  return r;
+}
+
+bool print(const std::string& s) { return std::fwrite(s.data(), 1, s.size(), stdout) == s.size() && std::fflush(stdout) == 0; }
+
+int run_test(const TestArgs& a, const CliContext& ctx) {
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos pack test: moon: %s\n", home.error().describe().c_str());
+    return supervisor::kExitSetup;
+  }
+  fs::path pack_dir;
+  std::error_code ec;
+  if (fs::is_directory(a.pack, ec)) {
+    pack_dir = a.pack;
+  } else if (a.pack.find('@') != std::string::npos) {
+    auto dir = pack_dir_for_ref(*home, a.pack);
+    if (!dir) {
+      std::fprintf(stderr, "soyaos pack test: %s\n", dir.error().describe().c_str());
+      return 1;
+    }
+    pack_dir = *dir;
+  } else {
+    std::fprintf(stderr, "soyaos pack test: %s: no such pack directory (or NAME@VERSION)\n", a.pack.c_str());
+    return 1;
+  }
+  auto loaded = manifest::load_pack(pack_dir);
+  if (!loaded.manifest) {
+    for (const auto& d : loaded.errors) std::fprintf(stderr, "%s\n", d.format().c_str());
+    return 1;
+  }
+  const manifest::Manifest& m = *loaded.manifest;
+  if (m.examples.empty()) {
+    std::fprintf(stderr,
+                 "soyaos pack test: %s@%s declares no examples: nothing was tested "
+                 "(add an `examples:` list to soyapack.yaml)\n",
+                 m.name.c_str(), m.version.c_str());
+    return 1;
+  }
+  auto hooks = moon_run_hooks(*home);
+  if (!hooks) {
+    std::fprintf(stderr, "soyaos pack test: moon: %s\n", hooks.error().describe().c_str());
+    return supervisor::kExitSetup;
+  }
+
+  const bool text = a.format == "text";
+  std::vector<bool> read_hit(m.capabilities.fs_read.size()), write_hit(m.capabilities.fs_write.size());
+  std::vector<ExampleResult> results;
+  int passed = 0, failed = 0;
+  bool not_started = false;
+  for (const auto& ex : m.examples) {
+    auto r = run_example(m, ex, pack_dir, *hooks, read_hit, write_hit);
+    (r.passed ? passed : failed)++;
+    not_started = not_started || r.not_started;
+    if (text) {
+      std::string line = std::string(r.passed ? "PASS" : "FAIL") + "  " + r.name + "  (" + std::to_string(r.ms) + " ms)";
+      if (!r.passed) line += "  " + r.reason;
+      line += "\n";
+      if (!r.passed && !r.stderr_tail.empty()) line += r.stderr_tail;
+      if (!print(line)) return 1;
+    } else if (!r.passed && !r.stderr_tail.empty()) {
+      std::fprintf(stderr, "%s: stderr:\n%s", r.name.c_str(), r.stderr_tail.c_str());
+    }
+    results.push_back(std::move(r));
+  }
+
+  // Only meaningful when every example ran: a Comet that could not start exercised nothing.
+  std::vector<std::string> not_exercised;
+  for (size_t i = 0; !not_started && i < read_hit.size(); ++i) {
+    if (!read_hit[i]) not_exercised.push_back(m.capabilities.fs_read[i].key_path + " " + m.capabilities.fs_read[i].path);
+  }
+  for (size_t i = 0; !not_started && i < write_hit.size(); ++i) {
+    if (!write_hit[i]) not_exercised.push_back(m.capabilities.fs_write[i].key_path + " " + m.capabilities.fs_write[i].path);
+  }
+
+  if (text) {
+    std::string out = std::to_string(passed) + " passed, " + std::to_string(failed) + " failed\n";
+    if (!not_exercised.empty()) {
+      out += std::string(a.strict ? "error" : "warning") + ": capabilities not exercised by any example: ";
+      for (size_t i = 0; i < not_exercised.size(); ++i) out += (i == 0 ? "" : ", ") + not_exercised[i];
+      out += "\n";
+    }
+    if (!print(out)) return 1;
+  } else {
+    nlohmann::ordered_json doc;
+    doc["examples"] = nlohmann::ordered_json::array();
+    for (const auto& r : results) {
+      doc["examples"].push_back({{"name", r.name},
+                                 {"passed", r.passed},
+                                 {"ms", r.ms},
+                                 {"exit_code", r.exit_code},
+                                 {"reason", r.reason},
+                                 {"run_id", r.run_id}});
+    }
+    doc["passed"] = passed;
+    doc["failed"] = failed;
+    doc["not_exercised"] = not_exercised;
+    if (!print(doc.dump() + "\n")) return 1;
+  }
+  (void)ctx;
+  if (not_started) return supervisor::kExitSetup;
+  if (failed > 0 || (a.strict && !not_exercised.empty())) return 1;
+  return 0;
+}
+
+}  // namespace
+
+void register_pack_test(CLI::App& pack, CliContext& ctx) {
+  auto args = std::make_shared<TestArgs>();
+  auto* cmd = pack.add_subcommand("test", "Run every example of a pack in a Comet and check its `expect`");
+  cmd->add_option("pack", args->pack, "Pack directory (default: the current directory), or NAME@VERSION");
+  cmd->add_flag("--strict", args->strict, "Fail when a declared fs capability is exercised by no example");
+  cmd->add_option("--format", args->format, "Output format: text (default) or json")
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([args, &ctx] { ctx.exit_code = run_test(*args, ctx); });
+}
+
+}  // namespace soyaos::cli

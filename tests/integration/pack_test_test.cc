@@ -1,0 +1,168 @@
+// `soyaos pack test`: every example run in a real Comet, its `expect` checked, the
+// declared fs capabilities no example exercised reported (T4).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+namespace soyaos::testing {
+namespace {
+
+// An agent whose behaviour is chosen by its first argument.
+constexpr const char* kAgent = R"(import os, sys
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+if mode == "ok":
+    with open("/workdir/out/result.txt", "w") as f:
+        f.write("done\n")
+    print("hello summary")
+elif mode == "escape":
+    print("about to write outside fs.write", file=sys.stderr)
+    try:
+        open("/workdir/x", "w").write("x")
+    except OSError as e:
+        print("write failed: %s" % e, file=sys.stderr)
+elif mode == "exit":
+    print("exiting with " + sys.argv[2], file=sys.stderr)
+    sys.exit(int(sys.argv[2]))
+)";
+
+class PackTestTest : public ::testing::Test {
+ protected:
+  void SetUp() override { home_ = (dir_.path() / "home").string(); }
+  RunOutput soyaos(const std::vector<std::string>& args) {
+    return run_soyaos(args, {{"SOYAOS_HOME", home_}}, dir_.path());
+  }
+  // A read-only pack named `name` with the given extra fs.write paths, tools and examples.
+  std::string write_pack(const std::string& name, const std::string& extra_write, const std::string& tools,
+                         const std::string& examples) {
+    dir_.write(name + "/main.py", kAgent);
+    dir_.write(name + "/soyapack.yaml",
+               "soyapack: v0\nname: " + name +
+                   "\nversion: 0.1.0\nagent:\n  runtime: python3\n  entrypoint: main.py\n" + tools +
+                   "capabilities:\n  egress: []\n  fs:\n    read: [/workdir]\n    write: [/workdir/out" +
+                   extra_write + "]\n  determinism_tier: read-only\nresources:\n  timeout: 20s\nexamples:\n" +
+                   examples);
+    return (dir_.path() / name).string();
+  }
+  std::string cases_pack() {
+    return write_pack("pt-cases", "", "",
+                      "  - name: passes\n    args: [ok]\n"
+                      "    expect: {stdout_contains: summary, outputs: [result.txt]}\n"
+                      "  - name: wrong-stdout\n    args: [ok]\n    expect: {stdout_contains: goodbye}\n"
+                      "  - name: missing-output\n    args: [ok]\n    expect: {outputs: [report.md]}\n"
+                      "  - name: violation\n    args: [escape]\n"
+                      "  - name: expected-violation\n    args: [escape]\n    expect: {exit_code: 3}\n"
+                      "  - name: wrong-exit\n    args: [exit, '1']\n");
+  }
+  TempDir dir_;
+  std::string home_;
+};
+
+TEST_F(PackTestTest, HelloReportPasses) {
+  auto pack = dir_.copy_from_source("examples/hello-report", "hello");
+  auto r = soyaos({"pack", "test", pack.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("PASS  basic  (", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\n1 passed, 0 failed\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not exercised"), std::string::npos) << r.out;
+  // Nothing is left behind in the working directory: outputs went to a removed temp dir.
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "soyaos-out"));
+}
+
+TEST_F(PackTestTest, EachFailureNamesItsReasonAndShowsStderr) {
+  auto r = soyaos({"pack", "test", cases_pack()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  const std::string& o = r.out;
+  EXPECT_NE(o.find("PASS  passes  ("), std::string::npos) << o;
+  EXPECT_NE(o.find("ms)  stdout lacks \"goodbye\"\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("FAIL  wrong-stdout  ("), std::string::npos) << o;
+  EXPECT_NE(o.find("FAIL  missing-output  ("), std::string::npos) << o;
+  EXPECT_NE(o.find("ms)  missing output report.md\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("FAIL  violation  ("), std::string::npos) << o;
+  EXPECT_NE(o.find("ms)  capability violation: fs write /workdir/x\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("    about to write outside fs.write\n"), std::string::npos) << o;  // stderr, indented
+  EXPECT_NE(o.find("PASS  expected-violation  ("), std::string::npos) << o;
+  EXPECT_NE(o.find("FAIL  wrong-exit  ("), std::string::npos) << o;
+  EXPECT_NE(o.find("ms)  exit 1, expected 0\n    exiting with 1\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("\n2 passed, 4 failed\n"), std::string::npos) << o;
+  // Manifest order.
+  EXPECT_LT(o.find("passes"), o.find("wrong-stdout"));
+  EXPECT_LT(o.find("wrong-stdout"), o.find("wrong-exit"));
+}
+
+TEST_F(PackTestTest, JsonShapeAndStoredEvents) {
+  auto r = soyaos({"pack", "test", cases_pack(), "--format", "json"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["examples"].size(), 6u) << r.out;
+  EXPECT_EQ(doc["passed"], 2);
+  EXPECT_EQ(doc["failed"], 4);
+  EXPECT_TRUE(doc["not_exercised"].is_array());
+  EXPECT_TRUE(doc["not_exercised"].empty()) << r.out;
+  const auto& first = doc["examples"][0];
+  EXPECT_EQ(first["name"], "passes");
+  EXPECT_EQ(first["passed"], true);
+  EXPECT_TRUE(first["ms"].is_number_integer());
+  EXPECT_EQ(first["exit_code"], 0);
+  EXPECT_EQ(first["reason"], "");
+  EXPECT_EQ(first["run_id"].get<std::string>().size(), 26u);
+  const auto& violation = doc["examples"][3];
+  EXPECT_EQ(violation["name"], "violation");
+  EXPECT_EQ(violation["passed"], false);
+  EXPECT_EQ(violation["exit_code"], 3);
+  EXPECT_EQ(violation["reason"], "capability violation: fs write /workdir/x");
+  // The runs' events are stored in the Moon like those of `soyaos run`.
+  auto q = soyaos({"scope", "query", "--format", "json", "--limit", "0", "--run",
+                   violation["run_id"].get<std::string>(), "--type", "capability_violation"});
+  EXPECT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NE(q.out.find("/workdir/x"), std::string::npos) << q.out;
+}
+
+TEST_F(PackTestTest, RunsNameAtVersionFromTheRegistry) {
+  auto pack = dir_.copy_from_source("examples/hello-report", "hello");
+  auto push = soyaos({"pack", "push", pack.string()});
+  ASSERT_EQ(push.exit_code, 0) << push.out << push.err;
+  std::filesystem::remove_all(pack);  // only the registry has it now
+  auto r = soyaos({"pack", "test", "hello-report@1.0.0"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS  basic"), std::string::npos) << r.out;
+  EXPECT_EQ(soyaos({"pack", "test", "hello-report@9.9.9"}).exit_code, 1);
+}
+
+TEST_F(PackTestTest, StrictFailsOnADeclaredPathNoExampleExercised) {
+  auto pack = write_pack("pt-strict", ", /workdir/out/logs", "",
+                         "  - name: only\n    args: [ok]\n    expect: {outputs: [result.txt]}\n");
+  auto loose = soyaos({"pack", "test", pack});
+  EXPECT_EQ(loose.exit_code, 0) << loose.out << loose.err;
+  EXPECT_NE(loose.out.find("warning: capabilities not exercised by any example: "
+                           "capabilities.fs.write[1] /workdir/out/logs\n"),
+            std::string::npos)
+      << loose.out;
+  auto strict = soyaos({"pack", "test", pack, "--strict"});
+  EXPECT_EQ(strict.exit_code, 1) << strict.out;
+  EXPECT_NE(strict.out.find("error: capabilities not exercised by any example: "
+                            "capabilities.fs.write[1] /workdir/out/logs\n"),
+            std::string::npos)
+      << strict.out;
+  // A tool the example lists that targets the path exercises it.
+  auto covered = write_pack("pt-strict2", ", /workdir/out/logs",
+                            "tools:\n  log:\n    kind: builtin.fs_write\n    path: /workdir/out/logs/run.log\n",
+                            "  - name: only\n    args: [ok]\n    tools: [log]\n");
+  auto ok = soyaos({"pack", "test", covered, "--strict", "--format", "json"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_TRUE(nlohmann::json::parse(ok.out)["not_exercised"].empty()) << ok.out;
+}
+
+TEST_F(PackTestTest, NoExamplesAndUsageErrors) {
+  auto probe = dir_.copy_from_source("tests/fixtures/probe", "probe");
+  auto none = soyaos({"pack", "test", probe.string()});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("no examples: nothing was tested"), std::string::npos) << none.err;
+  EXPECT_EQ(soyaos({"pack", "test", probe.string(), "--format", "xml"}).exit_code, 2);
+  EXPECT_EQ(soyaos({"pack", "test", (dir_.path() / "absent").string()}).exit_code, 1);
+}
+
+}  // namespace
+}  // namespace soyaos::testing
