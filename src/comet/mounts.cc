@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -114,63 +115,75 @@ Result<OpenedSource> open_source(const std::string& host_path) {
   return OpenedSource{std::move(fd), S_ISDIR(st.st_mode)};
 }
 
-// Lists the pack's top-level entries and opens each (never following a symlink: its
-// target is kept as text, to be recreated and resolved inside the sandbox).
-Result<std::vector<PackEntry>> open_pack_entries(int pack_fd) {
-  int dup_fd = ::openat(pack_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dup_fd < 0) return errno_error("open pack directory");
-  DIR* dir = ::fdopendir(dup_fd);
-  if (dir == nullptr) {
-    ::close(dup_fd);
-    return errno_error("read pack directory");
+// A read-only view of a host directory whose mount does not name the host path. A bind
+// mount's /proc/*/mountinfo entry shows its source's path in the host filesystem; an
+// overlay shows "/" and the lower layers as given. So: bind the source at a neutral
+// staging path, put a small tmpfs (holding `skel` mount-point directories) above it,
+// mount a lower-only (read-only) overlay of the two at dst, then detach the staging
+// mounts, which the overlay keeps alive. A `skel` name ending in '/' is a directory,
+// any other an empty file (a mount point for a file).
+Status mount_masked_dir(int src_fd, const std::string& dst, const std::vector<std::string>& skel, uid_t uid,
+                        gid_t gid) {
+  static int layer = 0;
+  const std::string base = std::string(kStage) + "/.layers/" + std::to_string(layer++);
+  const std::string top = base + "/top", src = base + "/src";
+  if (auto s = mount_tmpfs(top, 64 * 1024, uid, gid, "0755"); !s) return s;
+  for (const auto& d : skel) {
+    Status s = d.back() == '/' ? make_dirs(top + "/" + d.substr(0, d.size() - 1)) : make_file(top + "/" + d, 0444);
+    if (!s) return s;
   }
-  std::vector<PackEntry> entries;
-  Error failure;
-  while (struct dirent* de = ::readdir(dir)) {
-    std::string name = de->d_name;
-    if (name == "." || name == ".." || name == "inputs" || name == "out") continue;
-    struct stat st {};
-    if (::fstatat(pack_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    PackEntry e;
-    e.name = name;
-    if (S_ISLNK(st.st_mode)) {
-      char buf[4096];
-      ssize_t n = ::readlinkat(pack_fd, name.c_str(), buf, sizeof buf - 1);
-      if (n < 0) continue;
-      e.is_link = true;
-      e.link_target.assign(buf, static_cast<size_t>(n));
-    } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
-      e.is_dir = S_ISDIR(st.st_mode);
-      e.fd.reset(::openat(pack_fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-      if (!e.fd) {
-        failure = errno_error("open pack entry " + name);
-        break;
-      }
-    } else {
-      continue;  // FIFOs, sockets, devices stay out
-    }
-    entries.push_back(std::move(e));
+  if (auto s = bind_fd(src_fd, src, /*is_dir=*/true); !s) return s;
+  if (auto s = make_dirs(dst); !s) return s;
+  const std::string opts = "lowerdir=" + top + ":" + src;
+  if (::mount("overlay", dst.c_str(), "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+    return errno_error("mount a read-only overlay at " + dst.substr(std::strlen(kStage)) +
+                       " (the source's filesystem must support overlayfs lower layers)");
   }
-  ::closedir(dir);
-  if (!failure.message.empty()) return failure;
-  return entries;
+  for (const auto& m : {top, src}) {
+    if (::umount2(m.c_str(), MNT_DETACH) != 0) return errno_error("detach staging mount " + m);
+    if (::rmdir(m.c_str()) != 0) return errno_error("remove staging directory " + m);
+  }
+  if (::rmdir(base.c_str()) != 0) return errno_error("remove staging directory " + base);
+  return {};
 }
 
-// /workdir: a tmpfs holding each top-level entry of the pack, bound read-only (symlinks
-// recreated, resolved inside the sandbox at use time), plus the mount point out/.
-Status build_pack_root(const std::vector<PackEntry>& entries, const std::string& dst, uid_t uid, gid_t gid) {
-  if (auto s = mount_tmpfs(dst, 1 << 20, uid, gid, "0755"); !s) return s;
-  for (const auto& e : entries) {
-    std::string target = dst + "/" + e.name;
-    if (e.is_link) {
-      if (::symlink(e.link_target.c_str(), target.c_str()) != 0) return errno_error("symlink " + target);
-      continue;
-    }
-    if (auto s = bind_fd(e.fd.get(), target, e.is_dir); !s) return s;
-    if (auto s = set_readonly(target, /*recursive=*/true); !s) return s;
+// A read-only copy of a host file in its own small tmpfs, bound at dst: a file cannot be
+// an overlay, and binding it would name its host path in /proc/*/mountinfo.
+Status mount_masked_file(int src_fd, const std::string& dst, uid_t uid, gid_t gid) {
+  static int layer = 0;
+  const std::string base = std::string(kStage) + "/.files/" + std::to_string(layer++);
+  // src_fd was opened O_RDONLY by open_mount_sources (as the invoking user).
+  struct stat st {};
+  if (::fstat(src_fd, &st) != 0) return errno_error("stat input file");
+  if (::lseek(src_fd, 0, SEEK_SET) != 0) return errno_error("rewind input file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size) + 4096;
+  if (auto s = mount_tmpfs(base, size, uid, gid, "0755"); !s) return s;
+  const std::string copy = base + "/file";
+  UniqueFd out(::open(copy.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+  if (!out) return errno_error("create " + copy);
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(src_fd, buf, sizeof buf);
+    if (n < 0) return errno_error("read input file");
+    if (n == 0) break;
+    if (::write(out.get(), buf, static_cast<size_t>(n)) != n) return errno_error("copy input file");
   }
-  // inputs/ is created by its bind (a file or a directory), or empty after all mounts.
-  return make_dirs(dst + "/out");
+  out.reset();
+  if (::access(dst.c_str(), F_OK) != 0) {  // /workdir/inputs already exists in the pack overlay
+    if (auto s = make_file(dst, 0444); !s) return s;
+  }
+  if (::mount(copy.c_str(), dst.c_str(), nullptr, MS_BIND, nullptr) != 0) return errno_error("bind at " + dst);
+  if (auto s = set_readonly(dst, false); !s) return s;
+  if (::umount2(base.c_str(), MNT_DETACH) != 0) return errno_error("detach staging mount " + base);
+  if (::rmdir(base.c_str()) != 0) return errno_error("remove staging directory " + base);
+  return {};
+}
+
+// /workdir: the pack, read-only, through a masked overlay with the mount points inputs
+// (a file or a directory, as --input is) and out/ above it (they shadow any entries of
+// those names in the pack).
+Status build_pack_root(int pack_fd, const std::string& dst, bool inputs_is_file, uid_t uid, gid_t gid) {
+  return mount_masked_dir(pack_fd, dst, {inputs_is_file ? "inputs" : "inputs/", "out/"}, uid, gid);
 }
 
 Status build_dev(const std::string& dst) {
@@ -204,10 +217,10 @@ Result<MountSources> open_mount_sources(const policy::Policy& policy) {
       auto src = open_source(m.source);
       if (!src) return src.error();
       out.by_mount[i] = std::move(src.value());
-      if (m.kind == MountSpec::Kind::pack_root) {
-        auto entries = open_pack_entries(out.by_mount[i].fd.get());
-        if (!entries) return entries.error();
-        out.pack_entries = std::move(entries.value());
+      if (m.mask_source && !out.by_mount[i].is_dir) {
+        // A masked file is copied, not bound: open it for reading now, as the invoking user.
+        out.by_mount[i].fd.reset(::open(m.source.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+        if (!out.by_mount[i].fd) return errno_error("open " + m.source);
       }
     }
   }
@@ -220,6 +233,10 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
     return errno_error("make mounts private");
   }
   std::vector<OpenedSource>& sources = sources_in.by_mount;
+  bool inputs_is_file = false;
+  for (size_t i = 0; i < policy.mounts.size(); ++i) {
+    if (policy.mounts[i].target == "/workdir/inputs" && sources[i].fd) inputs_is_file = !sources[i].is_dir;
+  }
   if (::mount("tmpfs", kStage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755") != 0) {
     return errno_error("mount root tmpfs");
   }
@@ -231,6 +248,12 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
     Status s;
     switch (m.kind) {
       case MountSpec::Kind::bind_ro:
+        if (m.mask_source) {
+          s = sources[i].is_dir
+                  ? mount_masked_dir(sources[i].fd.get(), dst, {}, policy.sandbox_uid, policy.sandbox_gid)
+                  : mount_masked_file(sources[i].fd.get(), dst, policy.sandbox_uid, policy.sandbox_gid);
+          break;
+        }
         s = bind_fd(sources[i].fd.get(), dst, sources[i].is_dir);
         if (s) s = set_readonly(dst, /*recursive=*/true);
         break;
@@ -256,7 +279,7 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
         s = write_file(dst, m.content);
         break;
       case MountSpec::Kind::pack_root:
-        s = build_pack_root(sources_in.pack_entries, dst, policy.sandbox_uid, policy.sandbox_gid);
+        s = build_pack_root(sources[i].fd.get(), dst, inputs_is_file, policy.sandbox_uid, policy.sandbox_gid);
         break;
       case MountSpec::Kind::dev:
         s = build_dev(dst);
@@ -273,13 +296,8 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
     if (!s) return s.error();
   }
   sources.clear();
-  sources_in.pack_entries.clear();
-  // /workdir itself: an empty inputs/ when no --input was given, then read-only (M5).
-  const std::string workdir = stage + "/workdir";
-  if (::access((workdir + "/inputs").c_str(), F_OK) != 0) {
-    if (auto s = make_dirs(workdir + "/inputs"); !s) return s.error();
-  }
-  if (auto s = set_readonly(workdir, /*recursive=*/false); !s) return s.error();
+  // The staging directories of the masked mounts are gone; remove their parents.
+  for (const char* d : {"/.layers", "/.files"}) (void)::rmdir((stage + d).c_str());
 
   // Switch root: pivot_root(".", ".") stacks the old root under the new one; detaching
   // it leaves no path back to the host's tree.

@@ -17,22 +17,13 @@ struct SandboxRoot {
 };
 
 struct OpenedSource {
-  UniqueFd fd;  // O_PATH
+  UniqueFd fd;  // O_PATH; O_RDONLY for a masked file (copied, not bound)
   bool is_dir = false;
-};
-
-struct PackEntry {
-  std::string name;
-  UniqueFd fd;              // O_PATH|O_NOFOLLOW, regular files and directories
-  bool is_dir = false;
-  bool is_link = false;     // then link_target, recreated (not followed) in the sandbox
-  std::string link_target;
 };
 
 // The host objects the mounts need, opened once as the invoking user.
 struct MountSources {
   std::vector<OpenedSource> by_mount;  // aligned with Policy::mounts (bind kinds, pack_root)
-  std::vector<PackEntry> pack_entries;
 };
 
 // Opens every host source of the Policy's mounts. Called in the child before it takes the

@@ -200,7 +200,7 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   if (options.input) {
     auto input = fs::canonical(*options.input, ec);
     if (ec) return make_error("--input " + options.input->string(), ec.value());
-    p.mounts.push_back({MountSpec::Kind::bind_ro, input.string(), kInputs, {}, 0});
+    p.mounts.push_back({MountSpec::Kind::bind_ro, input.string(), kInputs, {}, 0, /*mask_source=*/true});
   }
   p.fs.read.push_back(kInputs);
 
@@ -239,7 +239,7 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
       return make_error("--mount " + spec + ": " + om->target + " is reserved by the Comet");
     }
     p.mounts.push_back({om->writable ? MountSpec::Kind::bind_rw : MountSpec::Kind::bind_ro,
-                        om->host, om->target, {}, 0});
+                        om->host, om->target, {}, 0, /*mask_source=*/!om->writable});
     if (!om->writable) p.fs.read.push_back(om->target);
   }
   return p;

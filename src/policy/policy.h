@@ -34,6 +34,10 @@ struct MountSpec {
   std::string target;   // absolute sandbox path
   std::string content;  // file kind
   uint64_t size_bytes = 0;  // tmpfs kinds
+  // bind_ro only: hide the host path of the source from /proc/*/mountinfo (a bind mount's
+  // entry names its source's path in the host filesystem). Set for operator data
+  // (--input, --mount); the runtime layer is bound at its own path and needs no masking.
+  bool mask_source = false;
 };
 
 // Which sandbox paths the agent may read or write. The observer uses these to decide what
