@@ -127,7 +127,7 @@ Status mount_masked_dir(int src_fd, const std::string& dst, const std::vector<st
   static int layer = 0;
   const std::string base = std::string(kStage) + "/.layers/" + std::to_string(layer++);
   const std::string top = base + "/top", src = base + "/src";
-  if (auto s = mount_tmpfs(top, 64 * 1024, uid, gid, "0755"); !s) return s;
+  if (auto s = mount_tmpfs(top, uint64_t{64} * 1024, uid, gid, "0755"); !s) return s;
   for (const auto& d : skel) {
     Status s = d.back() == '/' ? make_dirs(top + "/" + d.substr(0, d.size() - 1)) : make_file(top + "/" + d, 0444);
     if (!s) return s;
