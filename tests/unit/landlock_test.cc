@@ -19,59 +19,23 @@
 
 #include <gtest/gtest.h>
 
+#include "child_test.h"
 #include "comet/landlock.h"
 #include "common/unique_fd.h"
 
 namespace soyaos::comet {
 namespace {
 
-[[noreturn]] void child_fail(int report, int line, const char* what, long rc, int err) {
-  char buf[512];
-  int n = std::snprintf(buf, sizeof buf, "line %d: %s -> rc=%ld errno=%d (%s)", line, what, rc, err,
-                        strerrorname_np(err) ? strerrorname_np(err) : "?");
-  if (n > 0) (void)!::write(report, buf, static_cast<size_t>(n));
-  ::_exit(1);
-}
-#define CHILD_EXPECT_ERRNO(call, want)                                                   \
-  do {                                                                                   \
-    errno = 0;                                                                           \
-    long rc_ = static_cast<long>(call);                                                  \
-    if (rc_ != -1 || errno != (want)) child_fail(report, __LINE__, #call, rc_, errno);   \
-  } while (0)
+using ::soyaos::testing::child_fail;
+using ::soyaos::testing::run_in_child;
+
 #define CHILD_EXPECT_ERRNO2(call, want1, want2)                                          \
   do {                                                                                   \
     errno = 0;                                                                           \
     long rc_ = static_cast<long>(call);                                                  \
     if (rc_ != -1 || (errno != (want1) && errno != (want2)))                             \
-      child_fail(report, __LINE__, #call, rc_, errno);                                   \
+      ::soyaos::testing::child_fail(report, __LINE__, #call, rc_, errno);                \
   } while (0)
-#define CHILD_EXPECT_OK(call)                                                            \
-  do {                                                                                   \
-    errno = 0;                                                                           \
-    long rc_ = static_cast<long>(call);                                                  \
-    if (rc_ < 0) child_fail(report, __LINE__, #call, rc_, errno);                        \
-  } while (0)
-
-std::string run_in_child(const std::function<void(int)>& body) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return "pipe2 failed";
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    body(p[1]);
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string msg;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(p[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-  ::close(p[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && msg.empty()) return "";
-  return msg + " (status " + std::to_string(status) + ")";
-}
 
 class Landlock : public ::testing::Test {
  protected:

@@ -24,31 +24,14 @@
 
 #include <gtest/gtest.h>
 
+#include "child_test.h"
 #include "comet/seccomp_filter.h"
 #include "comet/seccomp_notify.h"
 
 namespace soyaos::comet {
 namespace {
 
-[[noreturn]] void child_fail(int report, int line, const char* what, long rc, int err) {
-  char buf[512];
-  int n = std::snprintf(buf, sizeof buf, "line %d: %s -> rc=%ld errno=%d (%s)", line, what, rc, err,
-                        strerrorname_np(err) ? strerrorname_np(err) : "?");
-  if (n > 0) (void)!::write(report, buf, static_cast<size_t>(n));
-  ::_exit(1);
-}
-#define CHILD_EXPECT_ERRNO(call, want)                                                   \
-  do {                                                                                   \
-    errno = 0;                                                                           \
-    long rc_ = static_cast<long>(call);                                                  \
-    if (rc_ != -1 || errno != (want)) child_fail(report, __LINE__, #call, rc_, errno);   \
-  } while (0)
-#define CHILD_EXPECT_OK(call)                                                            \
-  do {                                                                                   \
-    errno = 0;                                                                           \
-    long rc_ = static_cast<long>(call);                                                  \
-    if (rc_ < 0) child_fail(report, __LINE__, #call, rc_, errno);                        \
-  } while (0)
+using ::soyaos::testing::child_fail;
 
 void send_fd(int sock, int fd) {
   char data = 'L';
