@@ -628,7 +628,14 @@ TEST_F(EscapeTest, OutputFloodFinishesWithBoundedSupervisorMemory) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   // The supervisor relays 72 MiB; it must not have buffered it.
   EXPECT_GT(hwm, 0) << "the supervisor process was never sampled";
-  EXPECT_LT(hwm, 40 * 1024) << "soyaos peaked at " << hwm << " KiB while relaying the agent's output";
+  // Under AddressSanitizer the allocator's quarantine and shadow memory alone exceed the
+  // bound; buffering 72 MiB would still show as more than 72 MiB above it.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr long kBoundKib = 160 * 1024;
+#else
+  constexpr long kBoundKib = 40 * 1024;
+#endif
+  EXPECT_LT(hwm, kBoundKib) << "soyaos peaked at " << hwm << " KiB while relaying the agent's output";
   RecordProperty("soyaos_vmhwm_kib", std::to_string(hwm));
 }
 
