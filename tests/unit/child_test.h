@@ -15,11 +15,17 @@
 
 namespace soyaos::testing {
 
-// Reports "line L: WHAT -> rc=R errno=E (NAME)" on `report` and ends the child.
-[[noreturn]] inline void child_fail(int report, int line, const char* what, long rc, int err) {
+// Reports "line L: WHAT -> rc=R errno=E (NAME)[, want errno W]" on `report` and ends the
+// child. No allocation (it runs after filters are installed): snprintf, write, _exit.
+[[noreturn]] inline void child_fail(int report, int line, const char* what, long rc, int err, int want = 0) {
   char buf[512];
   int n = std::snprintf(buf, sizeof buf, "line %d: %s -> rc=%ld errno=%d (%s)", line, what, rc, err,
                         strerrorname_np(err) != nullptr ? strerrorname_np(err) : "?");
+  if (want != 0 && n > 0 && static_cast<size_t>(n) < sizeof buf) {
+    int m = std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), ", want errno %d", want);
+    if (m > 0) n += m;
+    if (static_cast<size_t>(n) >= sizeof buf) n = static_cast<int>(sizeof buf) - 1;
+  }
   if (n > 0) (void)!::write(report, buf, static_cast<size_t>(n));
   ::_exit(1);
 }
@@ -57,7 +63,9 @@ inline std::string run_in_child(const std::function<void(int)>& body) {
   do {                                                                                       \
     errno = 0;                                                                               \
     long rc_ = static_cast<long>(call);                                                      \
-    if (rc_ != -1 || errno != (want)) ::soyaos::testing::child_fail(report, __LINE__, #call, rc_, errno); \
+    int err_ = errno;                                                                        \
+    if (rc_ != -1 || err_ != (want))                                                         \
+      ::soyaos::testing::child_fail(report, __LINE__, #call, rc_, err_, (want));             \
   } while (0)
 // ... the call must succeed (return >= 0).
 #define CHILD_EXPECT_OK(call)                                                                \

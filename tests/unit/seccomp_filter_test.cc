@@ -30,64 +30,20 @@
 
 #include <gtest/gtest.h>
 
+#include "child_test.h"
 #include "comet/seccomp_filter.h"
 
 namespace soyaos::comet {
 namespace {
 
-// ---- forked-child harness -------------------------------------------------------------
-// The child reports the first failed check as text on a pipe and exits 1; no allocation
-// after the filter is installed (snprintf into a stack buffer, write, _exit).
-[[noreturn]] void child_fail(int report, int line, const char* what, long rc, int err, int want) {
-  char buf[512];
-  int n = std::snprintf(buf, sizeof buf, "line %d: %s -> rc=%ld errno=%d (%s), want errno %d", line,
-                        what, rc, err, strerrorname_np(err) ? strerrorname_np(err) : "?", want);
-  if (n > 0) (void)!::write(report, buf, static_cast<size_t>(n));
-  ::_exit(1);
-}
-#define CHILD_EXPECT_ERRNO(call, want)                                          \
-  do {                                                                          \
-    errno = 0;                                                                  \
-    long rc_ = static_cast<long>(call);                                         \
-    int err_ = errno;                                                           \
-    if (rc_ != -1 || err_ != (want)) child_fail(report, __LINE__, #call, rc_, err_, (want)); \
-  } while (0)
-#define CHILD_EXPECT_OK(call)                                                   \
-  do {                                                                          \
-    errno = 0;                                                                  \
-    long rc_ = static_cast<long>(call);                                         \
-    if (rc_ < 0) child_fail(report, __LINE__, #call, rc_, errno, 0);            \
-  } while (0)
+// ---- forked-child harness: tests/unit/child_test.h ----------------------------------
+using ::soyaos::testing::child_fail;
+using ::soyaos::testing::run_in_child;
 #define CHILD_EXPECT_EQ(call, value)                                            \
   do {                                                                          \
     long rc_ = static_cast<long>(call);                                         \
     if (rc_ != static_cast<long>(value)) child_fail(report, __LINE__, #call, rc_, 0, 0); \
   } while (0)
-
-// Runs body(report_fd) in a forked child; returns "" when it exited 0, else what it reported.
-std::string run_in_child(const std::function<void(int)>& body) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return "pipe2 failed";
-  pid_t pid = ::fork();
-  if (pid < 0) return "fork failed";
-  if (pid == 0) {
-    ::close(p[0]);
-    body(p[1]);
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string msg;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(p[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-  ::close(p[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && msg.empty()) return "";
-  if (WIFSIGNALED(status)) msg += " (killed by signal " + std::to_string(WTERMSIG(status)) + ")";
-  if (WIFEXITED(status)) msg += " (exit " + std::to_string(WEXITSTATUS(status)) + ")";
-  return msg;
-}
 
 const SeccompProgram& program() {
   static const SeccompProgram p = [] {
