@@ -1,0 +1,76 @@
+// The operator's network policy (SPEC.md C6, C6a), as plain data: what the Moon's
+// configuration (`moon.yaml`: dns.hosts, dns.upstream, egress.deny, egress.allow_private)
+// says about every run on this machine. Parsed by src/moon/config.cc; read by the egress
+// gateway and the DNS stub (src/supervisor). No I/O here.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace soyaos::policy {
+
+struct IpAddress {
+  std::array<uint8_t, 16> bytes{};  // network byte order; IPv4 in the first 4 bytes, rest 0
+  bool v6 = false;
+  friend auto operator<=>(const IpAddress&, const IpAddress&) = default;
+};
+
+// "192.0.2.1", "2001:db8::1", "[2001:db8::1]" (inet_pton syntax; no zone ids, no
+// shortened IPv4 like "127.1"). nullopt otherwise.
+std::optional<IpAddress> parse_ip(std::string_view text);
+// "192.0.2.1", "2001:db8::1" (inet_ntop form, no brackets).
+std::string to_string(const IpAddress& addr);
+
+struct Cidr {
+  IpAddress base;       // host bits zero
+  uint8_t prefix = 0;   // 0..32 (IPv4) or 0..128 (IPv6)
+  friend auto operator<=>(const Cidr&, const Cidr&) = default;
+};
+
+// "10.0.0.0/8", "fd00::/8"; a bare address is a /32 or /128. Host bits set below the
+// prefix are an error (nullopt): "10.0.0.1/8" is a typo, not a range.
+std::optional<Cidr> parse_cidr(std::string_view text);
+std::string to_string(const Cidr& cidr);
+// Same family and the first `prefix` bits equal. An IPv4-mapped IPv6 address
+// (::ffff:a.b.c.d) is compared as the IPv4 address it carries.
+bool contains(const Cidr& cidr, const IpAddress& addr);
+
+// The ranges SPEC.md C6 refuses for upstream answers unless the operator allows them:
+// 127/8, 10/8, 172.16/12, 192.168/16, 169.254/16, 100.64/10, ::1, fc00::/7, fe80::/10 —
+// plus the unspecified and "this network" addresses (0/8, ::), multicast (224/4, ff00::/8),
+// broadcast 255.255.255.255 and IPv4-mapped/compatible forms of any of them, which no
+// upstream answer should ever steer a connection to either.
+bool is_private_address(const IpAddress& addr);
+
+struct DnsUpstream {
+  IpAddress server;
+  uint16_t port = 53;
+};
+
+struct OperatorNetwork {
+  // dns.hosts: lower-cased DNS name -> its addresses, in file order. Consulted before the
+  // upstream resolver, like /etc/hosts; its addresses are trusted as given (C6).
+  std::map<std::string, std::vector<IpAddress>> dns_hosts;
+  // dns.upstream: nullopt = "system" (the host's resolver, getaddrinfo), else a server.
+  std::optional<DnsUpstream> dns_upstream;
+  // egress.deny: normalised host patterns (DNS name, "*.suffix" wildcard, IP literal as
+  // to_string gives it) that no pack may reach, whatever it declares.
+  std::vector<std::string> egress_deny;
+  // egress.allow_private: ranges upstream answers may fall in despite C6's rebinding rule.
+  std::vector<Cidr> allow_private;
+
+  // True when `host` (a lower-case DNS name, or an IP literal in to_string form) matches an
+  // egress.deny pattern: exact, wildcard strictly below (manifest::host_matches), or the
+  // same address.
+  [[nodiscard]] bool denies(std::string_view host) const;
+  // True when `addr` falls in an egress.allow_private range.
+  [[nodiscard]] bool private_allowed(const IpAddress& addr) const;
+};
+
+}  // namespace soyaos::policy
