@@ -1,0 +1,746 @@
+// Network egress end to end (issue #4, SPEC.md C6, C6a, C8, E2): the real soyaos binary runs
+// the probe pack (tests/fixtures/probe) with generated egress entries in a real Comet,
+// against real servers on the host's loopback (net_servers.h) that the operator maps with
+// dns.hosts in the Moon configuration (moon.yaml). Each allowed round trip checks the
+// answer, the events (dns_query, egress_opened, egress_closed) and exit 0; each denial
+// checks the errno (or reset) the agent saw, the capability_violation event, exit 3 — and
+// that the host-side server or sentinel saw nothing.
+// ctest runs every test twice: as root and (prefix `rootless.`) as nobody.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "harness.h"
+#include "net_servers.h"
+
+namespace soyaos::testing {
+namespace {
+
+using nlohmann::json;
+
+struct ProbeRun {
+  RunOutput output;
+  std::vector<json> events;
+  std::vector<std::string> results;  // every "RESULT ..." line, without the prefix, in order
+  std::string result;                // the first one
+
+  std::vector<json> of_type(const std::string& type) const {
+    std::vector<json> out;
+    for (const auto& e : events) {
+      if (e.value("type", "") == type) out.push_back(e);
+    }
+    return out;
+  }
+  std::vector<json> violations() const { return of_type("capability_violation"); }
+  // The first network violation whose resource is exactly `resource` (null if none).
+  json violation(const std::string& resource) const {
+    for (const auto& v : violations()) {
+      if (v["data"].value("resource", "") == resource) return v["data"];
+    }
+    return nullptr;
+  }
+  // The first network violation whose resource satisfies `pred`.
+  template <typename Pred>
+  json violation_where(Pred pred) const {
+    for (const auto& v : violations()) {
+      if (pred(v["data"].value("resource", ""))) return v["data"];
+    }
+    return nullptr;
+  }
+  std::string context() const {
+    std::string resources;
+    for (const auto& v : violations()) resources += " " + v["data"].value("resource", "?");
+    std::string out = output.out.size() > 3000 ? output.out.substr(0, 3000) + "..." : output.out;
+    std::string err = output.err.size() > 3000 ? output.err.substr(0, 3000) + "..." : output.err;
+    return "exit=" + std::to_string(output.exit_code) + "\nviolations:" + resources + "\nstdout:\n" + out +
+           "\nstderr:\n" + err;
+  }
+};
+
+struct Entry {
+  std::string host;
+  int port;
+  std::string protocol;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// 198.18.0.0/15: where the DNS stub's fake per-name addresses live.
+bool is_fake_address(const std::string& a) {
+  unsigned b[4];
+  char tail = 0;
+  if (std::sscanf(a.c_str(), "%u.%u.%u.%u%c", &b[0], &b[1], &b[2], &b[3], &tail) != 4) return false;
+  return b[0] == 198 && (b[1] == 18 || b[1] == 19) && b[2] < 256 && b[3] < 256;
+}
+
+// A refused protocol check: the connect went through (to the gateway), then the
+// connection was reset. The agent sees a reset, a broken pipe or a TLS error.
+bool looks_reset(const std::string& result) {
+  return result == "errno=ECONNRESET" || result == "errno=EPIPE" || result.rfind("ssl=", 0) == 0;
+}
+
+// A port in an event: a JSON number (or, leniently, its decimal string).
+bool same_port(const json& j, int port) {
+  if (j.is_number_integer()) return j.get<int>() == port;
+  if (j.is_string()) return j.get<std::string>() == std::to_string(port);
+  return false;
+}
+
+class EgressTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (rootless_mode() && ::geteuid() != 0) GTEST_SKIP() << "rootless variant needs root to drop to nobody";
+    pack_ = dir_.copy_from_source("tests/fixtures/probe", "pack");
+    home_ = dir_.path() / "home";
+    std::filesystem::create_directories(home_);
+    std::filesystem::permissions(home_, std::filesystem::perms::all);
+    // A host address other than loopback, where a leak out of the sandbox could land.
+    leak_ip_ = host_ipv4_address();
+    if (leak_ip_.empty()) leak_ip_ = "127.0.0.1";
+  }
+
+  static std::string manifest(const std::string& egress_yaml, const std::string& tier) {
+    return "soyapack: v0\nname: egress-probe\nversion: 0.1.0\n"
+           "agent: {runtime: python3, entrypoint: probe.py}\n"
+           "capabilities:\n  egress:" +
+           egress_yaml +
+           "\n  fs: {read: [/workdir], write: [/workdir/out]}\n"
+           "  determinism_tier: " +
+           tier + "\nresources: {timeout: 20s, write_quota: 1Mi}\n";
+  }
+
+  // The pack's capabilities.egress, in this order (entry i is capabilities.egress[i]).
+  void set_egress(const std::vector<Entry>& entries, const std::string& tier = "read-only") {
+    std::string yaml = entries.empty() ? " []" : "";
+    for (const auto& e : entries) {
+      yaml += "\n    - {host: \"" + e.host + "\", port: " + std::to_string(e.port) + ", protocol: " + e.protocol + "}";
+    }
+    dir_.write("pack/soyapack.yaml", manifest(yaml, tier));
+  }
+
+  void set_egress_star() { dir_.write("pack/soyapack.yaml", manifest(" \"*\"", "unrestricted")); }
+
+  static std::string moon_yaml(const std::map<std::string, std::string>& hosts,
+                               const std::vector<std::string>& deny) {
+    std::string y = "dns:\n  hosts:";
+    if (hosts.empty()) y += " {}";
+    for (const auto& [name, addr] : hosts) y += "\n    " + name + ": " + addr;
+    y += "\negress:\n  deny: [";
+    for (size_t i = 0; i < deny.size(); ++i) y += (i > 0 ? ", " : "") + deny[i];
+    y += "]\n  allow_private: []\n";
+    return y;
+  }
+
+  // The operator's Moon configuration: $SOYAOS_HOME/moon.yaml.
+  void set_moon(const std::map<std::string, std::string>& hosts, const std::vector<std::string>& deny = {}) {
+    dir_.write("home/moon.yaml", moon_yaml(hosts, deny));
+  }
+
+  ProbeRun probe(const std::vector<std::string>& action, const std::map<std::string, std::string>& extra_env = {}) {
+    auto events = dir_.path() / "events.jsonl";
+    std::filesystem::remove(events);
+    std::vector<std::string> args = {"run",      pack_.string(),   "--out", (dir_.path() / "out").string(),
+                                     "--events", events.string(), "--no-cache", "--"};
+    args.insert(args.end(), action.begin(), action.end());
+    std::map<std::string, std::string> env = {{"SOYAOS_HOME", home_.string()}};
+    for (const auto& [k, v] : extra_env) env[k] = v;
+    ProbeRun run;
+    run.output = run_soyaos(args, env, dir_.path());
+    std::istringstream lines(read_file(events));
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) run.events.push_back(json::parse(line));
+    }
+    std::istringstream out(run.output.out);
+    for (std::string line; std::getline(out, line);) {
+      if (line.rfind("RESULT ", 0) == 0) run.results.push_back(line.substr(7));
+    }
+    if (!run.results.empty()) run.result = run.results.front();
+    return run;
+  }
+
+  // Allowed: the probe's line starts with `prefix`, no violation, exit 0.
+  static void expect_allowed(const ProbeRun& run, const std::string& prefix) {
+    EXPECT_EQ(run.result.rfind(prefix, 0), 0U) << "got: " << run.result << "\n" << run.context();
+    EXPECT_EQ(run.output.exit_code, 0) << run.context();
+    EXPECT_TRUE(run.violations().empty()) << run.context();
+  }
+
+  // A network violation with this resource and errno; the run exits 3.
+  static void expect_network_violation(const ProbeRun& run, const std::string& resource, const std::string& errno_name,
+                                       const std::string& syscall = "") {
+    EXPECT_EQ(run.output.exit_code, 3) << run.context();
+    json v = run.violation(resource);
+    ASSERT_FALSE(v.is_null()) << "no violation for " << resource << "\n" << run.context();
+    EXPECT_EQ(v["surface"], "network") << v.dump();
+    EXPECT_EQ(v["errno"], errno_name) << v.dump();
+    EXPECT_EQ(v["pack"], "egress-probe") << v.dump();
+    EXPECT_TRUE(v.contains("manifest_entry")) << v.dump();
+    EXPECT_TRUE(v.contains("syscall")) << v.dump();
+    if (!syscall.empty()) {
+      EXPECT_EQ(v["syscall"], syscall) << v.dump();
+    }
+    EXPECT_TRUE(contains(run.output.err, "capability violation")) << run.output.err;
+  }
+
+  // A refused protocol check (SNI, Host, plaintext on https): reset, a violation
+  // ECONNRESET naming the entry's port and protocol and the entry that came closest.
+  static void expect_reset_violation(const ProbeRun& run, const std::string& result, int port,
+                                     const std::string& protocol) {
+    EXPECT_TRUE(looks_reset(result)) << "not a reset: " << result << "\n" << run.context();
+    EXPECT_EQ(run.output.exit_code, 3) << run.context();
+    json v = run.violation_where([&](const std::string& r) {
+      return ends_with(r, ":" + std::to_string(port) + "/" + protocol);
+    });
+    ASSERT_FALSE(v.is_null()) << "no violation for *:" << port << "/" << protocol << "\n" << run.context();
+    EXPECT_EQ(v["surface"], "network") << v.dump();
+    EXPECT_EQ(v["errno"], "ECONNRESET") << v.dump();
+    EXPECT_EQ(v["manifest_entry"], "capabilities.egress[0]") << v.dump();
+  }
+
+  // Nothing reached this host-side server (after a moment for a late connection to land).
+  static void expect_untouched(const NetServer& server) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(server.accepted(), 0) << "reached the host: " << server.describe();
+  }
+
+  TempDir dir_;
+  std::filesystem::path pack_;
+  std::filesystem::path home_;
+  std::string leak_ip_;
+};
+
+// ---- allowed round trips ------------------------------------------------------------------
+
+TEST_F(EgressTest, TcpRoundTripGoesThroughTheGatewayWithEvents) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"tcp_echo", "echo.test", std::to_string(echo.port()), "hello-egress"});
+  expect_allowed(run, "ok hello-egress");
+  ASSERT_TRUE(echo.wait_served(1)) << echo.describe();
+  auto rec = echo.record();
+  EXPECT_EQ(rec.accepted, 1);
+  ASSERT_EQ(rec.data.size(), 1u);
+  EXPECT_EQ(rec.data[0], "hello-egress");
+
+  // dns_query: the A query for echo.test answered with a fake address.
+  bool saw_a = false;
+  for (const auto& e : run.of_type("dns_query")) {
+    const auto& d = e["data"];
+    if (d.value("name", "") != "echo.test" || d.value("query_type", "") != "A") continue;
+    saw_a = true;
+    EXPECT_EQ(d["denied"], false) << d.dump();
+    ASSERT_TRUE(d["answer"].is_array() && !d["answer"].empty()) << d.dump();
+    for (const auto& a : d["answer"]) EXPECT_TRUE(is_fake_address(a.get<std::string>())) << d.dump();
+  }
+  EXPECT_TRUE(saw_a) << run.context();
+
+  // egress_opened / egress_closed: one connection, entry 0, the upstream address, bytes.
+  auto opened = run.of_type("egress_opened");
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(opened.size(), 1u) << run.context();
+  ASSERT_EQ(closed.size(), 1u) << run.context();
+  const auto& o = opened[0]["data"];
+  EXPECT_EQ(o["entry"], "capabilities.egress[0]") << o.dump();
+  EXPECT_EQ(o["host"], "echo.test") << o.dump();
+  EXPECT_TRUE(same_port(o["port"], echo.port())) << o.dump();
+  EXPECT_EQ(o["protocol"], "tcp") << o.dump();
+  EXPECT_TRUE(contains(o.value("address", ""), "127.0.0.1")) << o.dump();
+  const auto& c = closed[0]["data"];
+  EXPECT_EQ(c["connection"], o["connection"]) << c.dump();
+  EXPECT_EQ(c["entry"], "capabilities.egress[0]") << c.dump();
+  EXPECT_EQ(c["bytes_out"], 12) << c.dump();
+  EXPECT_EQ(c["bytes_in"], 12) << c.dump();
+  // Order: opened before closed, both before run_finished.
+  auto index = [&](const std::string& type) {
+    for (size_t i = 0; i < run.events.size(); ++i) {
+      if (run.events[i].value("type", "") == type) return i;
+    }
+    return run.events.size();
+  };
+  EXPECT_LT(index("egress_opened"), index("egress_closed"));
+  EXPECT_EQ(run.events.back()["type"], "run_finished");
+}
+
+TEST_F(EgressTest, AllowedNameResolvesToAFakeAddressOnlyOverTheStub) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"netsteps", "resolv_conf", "resolve echo.test", "dns_raw echo.test A",
+                    "dns_raw echo.test AAAA", "dns_raw echo.test A 127.0.0.1 tcp", "dns_raw ECHO.TEST A"});
+  ASSERT_EQ(run.results.size(), 6u) << run.context();
+  // resolv.conf names the stub and nothing else.
+  EXPECT_TRUE(contains(run.results[0], "nameserver 127.0.0.1")) << run.results[0];
+  EXPECT_EQ(run.results[0].find("nameserver"), run.results[0].rfind("nameserver")) << run.results[0];
+  // getaddrinfo: one IPv4 fake address (AAAA has no answer), never the real 127.0.0.1.
+  ASSERT_EQ(run.results[1].rfind("ok ", 0), 0u) << run.context();
+  EXPECT_TRUE(is_fake_address(run.results[1].substr(3))) << run.results[1];
+  // Raw A over UDP: NOERROR and the same address; AAAA: NOERROR, no answer.
+  EXPECT_EQ(run.results[2], "ok NOERROR " + run.results[1].substr(3)) << run.context();
+  EXPECT_EQ(run.results[3], "ok NOERROR") << run.context();
+  // DNS over TCP to the stub works too; names are case-insensitive.
+  EXPECT_EQ(run.results[4], "ok NOERROR " + run.results[1].substr(3)) << run.context();
+  EXPECT_EQ(run.results[5].rfind("ok NOERROR ", 0), 0u) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, MoonConfigFromSoyaosMoonConfig) {
+  TcpEchoServer echo;
+  dir_.write("elsewhere/moon.yaml", moon_yaml({{"echo.test", "127.0.0.1"}}, {}));
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"tcp_echo", "echo.test", std::to_string(echo.port()), "via-env"},
+                   {{"SOYAOS_MOON_CONFIG", (dir_.path() / "elsewhere" / "moon.yaml").string()}});
+  expect_allowed(run, "ok via-env");
+  EXPECT_EQ(echo.accepted(), 1) << echo.describe();
+}
+
+TEST_F(EgressTest, TlsRoundTripWithTheEntrysSni) {
+  TlsEchoServer tls;
+  set_moon({{"tls.test", "127.0.0.1"}});
+  set_egress({{"tls.test", tls.port(), "https"}});
+  auto run = probe({"tls", "tls.test", std::to_string(tls.port())});
+  expect_allowed(run, "ok ping");
+  ASSERT_TRUE(tls.wait_served(1)) << tls.describe();
+  auto rec = tls.record();
+  EXPECT_EQ(rec.accepted, 1);
+  ASSERT_EQ(rec.sni.size(), 1u);
+  EXPECT_EQ(rec.sni[0], "tls.test");  // the gateway relays the ClientHello untouched
+  ASSERT_EQ(rec.data.size(), 1u);
+  EXPECT_EQ(rec.data[0], "ping");
+  auto opened = run.of_type("egress_opened");
+  ASSERT_EQ(opened.size(), 1u) << run.context();
+  EXPECT_EQ(opened[0]["data"]["protocol"], "https");
+  EXPECT_EQ(opened[0]["data"]["host"], "tls.test");
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(closed.size(), 1u) << run.context();
+  EXPECT_GT(closed[0]["data"].value("bytes_out", 0), 4) << closed[0].dump();
+  EXPECT_GT(closed[0]["data"].value("bytes_in", 0), 4) << closed[0].dump();
+}
+
+TEST_F(EgressTest, HttpRoundTripWithAMatchingHost) {
+  HttpServer http;
+  set_moon({{"http.test", "127.0.0.1"}});
+  set_egress({{"http.test", http.port(), "http"}});
+  const std::string port = std::to_string(http.port());
+  // Host with the port (what clients send for a non-default port), then the bare name.
+  auto run = probe({"netsteps", "http_get http.test " + port, "http_get http.test " + port + " http.test"});
+  ASSERT_EQ(run.results.size(), 2u) << run.context();
+  EXPECT_EQ(run.results[0], "ok 200 hello from http.test:" + port) << run.context();
+  EXPECT_EQ(run.results[1], "ok 200 hello from http.test") << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  ASSERT_TRUE(http.wait_served(2)) << http.describe();
+  auto rec = http.record();
+  ASSERT_EQ(rec.heads.size(), 2u);
+  EXPECT_TRUE(contains(rec.heads[0], "GET / HTTP/1.1\r\n")) << rec.heads[0];
+  EXPECT_TRUE(contains(rec.heads[0], "\r\nHost: http.test:" + port + "\r\n")) << rec.heads[0];
+  EXPECT_EQ(run.of_type("egress_opened").size(), 2u) << run.context();
+}
+
+TEST_F(EgressTest, UdpRoundTripToTheDeclaredPair) {
+  UdpEchoServer udp;
+  set_moon({{"udp.test", "127.0.0.1"}});
+  set_egress({{"udp.test", udp.port(), "udp"}});
+  auto run = probe({"udp_echo", "udp.test", std::to_string(udp.port()), "dgram-1"});
+  expect_allowed(run, "ok dgram-1");
+  auto rec = udp.record();
+  EXPECT_EQ(rec.accepted, 1);
+  ASSERT_EQ(rec.data.size(), 1u);
+  EXPECT_EQ(rec.data[0], "dgram-1");
+}
+
+TEST_F(EgressTest, DeclaredIpLiteralIsMatchedDirectly) {
+  // An IP literal entry (C6: "IP literal entries match the destination address
+  // directly"): the host's own non-loopback address, so the gateway really connects.
+  const std::string ip = host_ipv4_address();
+  if (ip.empty()) GTEST_SKIP() << "the host has no non-loopback IPv4 address";
+  TcpEchoServer echo(ip);
+  set_moon({});
+  set_egress({{ip, echo.port(), "tcp"}});
+  auto run = probe({"tcp_echo", ip, std::to_string(echo.port()), "literal"});
+  expect_allowed(run, "ok literal");
+  EXPECT_EQ(echo.accepted(), 1) << echo.describe();
+  auto opened = run.of_type("egress_opened");
+  ASSERT_EQ(opened.size(), 1u) << run.context();
+  EXPECT_EQ(opened[0]["data"]["entry"], "capabilities.egress[0]");
+}
+
+// ---- TCP refused: ECONNREFUSED + violation -------------------------------------------------
+
+TEST_F(EgressTest, DeclaredHostOnAnotherPortIsRefused) {
+  TcpEchoServer echo;
+  SentinelListener sentinel("127.0.0.1");
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  const std::string port = std::to_string(sentinel.port());
+  auto run = probe({"tcp_echo", "echo.test", port, "wrong-port"});
+  EXPECT_EQ(run.result, "errno=ECONNREFUSED") << run.context();
+  // The fake address is reported as the name it stands for.
+  expect_network_violation(run, "echo.test:" + port + "/tcp", "ECONNREFUSED", "connect");
+  expect_untouched(sentinel);
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, UndeclaredIpLiteralsAreRefused) {
+  TcpEchoServer echo;
+  SentinelListener sentinel("0.0.0.0");
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  const std::string s = std::to_string(sentinel.port());
+  const std::string e = std::to_string(echo.port());
+  auto run = probe({"netsteps", "tcp_echo " + leak_ip_ + " " + s + " x", "tcp_echo 127.0.0.1 " + e + " x",
+                    "tcp_echo 198.18.255.254 " + e + " x", "tls 1.1.1.1 853", "tcp_echo 10.254.254.1 " + s + " x"});
+  ASSERT_EQ(run.results.size(), 5u) << run.context();
+  for (const auto& r : run.results) EXPECT_EQ(r, "errno=ECONNREFUSED") << run.context();
+  expect_network_violation(run, leak_ip_ + ":" + s + "/tcp", "ECONNREFUSED", "connect");
+  // The declared port on the literal address the name maps to: still not declared.
+  expect_network_violation(run, "127.0.0.1:" + e + "/tcp", "ECONNREFUSED", "connect");
+  // A fake address the stub never handed out.
+  expect_network_violation(run, "198.18.255.254:" + e + "/tcp", "ECONNREFUSED", "connect");
+  // DNS over TLS to a literal.
+  expect_network_violation(run, "1.1.1.1:853/tcp", "ECONNREFUSED", "connect");
+  // The sandbox's own interface address.
+  expect_network_violation(run, "10.254.254.1:" + s + "/tcp", "ECONNREFUSED", "connect");
+  expect_untouched(sentinel);
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, Ipv6IsRefused) {
+  TcpEchoServer echo;
+  SentinelListener sentinel("0.0.0.0");
+  std::unique_ptr<SentinelListener> v6;
+  if (host_has_ipv6_loopback()) v6 = std::make_unique<SentinelListener>("::1");
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  const std::string p6 = std::to_string(v6 ? v6->port() : sentinel.port());
+  const std::string s = std::to_string(sentinel.port());
+  auto run = probe({"netsteps", "connect6 ::1 " + p6, "connect6 2001:db8::1 80",
+                    "connect6 ::ffff:" + leak_ip_ + " " + s});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  EXPECT_EQ(run.results[0], "errno=ECONNREFUSED") << run.context();
+  EXPECT_EQ(run.results[1], "errno=ECONNREFUSED") << run.context();
+  EXPECT_EQ(run.results[2].rfind("errno=", 0), 0u) << run.context();  // v4-mapped: refused, any errno
+  expect_network_violation(run, "[::1]:" + p6 + "/tcp", "ECONNREFUSED", "connect");
+  expect_network_violation(run, "[2001:db8::1]:80/tcp", "ECONNREFUSED", "connect");
+  if (v6) expect_untouched(*v6);
+  expect_untouched(sentinel);
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, GatewayPortDirectlyIsRefused) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"gateway_direct"});
+  EXPECT_EQ(run.result, "errno=ECONNREFUSED") << run.context();
+  expect_network_violation(run, "127.0.0.1:15001/tcp", "ECONNREFUSED", "connect");
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, FastOpenAndSendmmsgToUndeclaredAreRefused) {
+  TcpEchoServer echo;
+  SentinelListener sentinel("0.0.0.0");
+  UdpEchoServer udp("0.0.0.0");
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  const std::string s = std::to_string(sentinel.port());
+  const std::string u = std::to_string(udp.port());
+  auto run = probe({"netsteps", "fastopen " + leak_ip_ + " " + s, "sendmmsg " + leak_ip_ + " " + u + " 4"});
+  ASSERT_EQ(run.results.size(), 2u) << run.context();
+  EXPECT_EQ(run.results[0], "errno=ECONNREFUSED") << run.context();
+  EXPECT_EQ(run.results[1], "errno=EPERM") << run.context();
+  expect_network_violation(run, leak_ip_ + ":" + s + "/tcp", "ECONNREFUSED");
+  expect_network_violation(run, leak_ip_ + ":" + u + "/udp", "EPERM");
+  expect_untouched(sentinel);
+  expect_untouched(udp);
+}
+
+// ---- protocol checks: the connection is reset ------------------------------------------------
+
+TEST_F(EgressTest, TlsWithAnotherSniIsReset) {
+  TlsEchoServer tls;
+  set_moon({{"tls.test", "127.0.0.1"}, {"other.test", "127.0.0.1"}});
+  set_egress({{"tls.test", tls.port(), "https"}});
+  auto run = probe({"tls", "tls.test", std::to_string(tls.port()), "other.test"});
+  expect_reset_violation(run, run.result, tls.port(), "https");
+  // The resource names what the agent asked for (the SNI), or at least the entry's host.
+  json v = run.violation_where([](const std::string& r) { return ends_with(r, "/https"); });
+  if (!v.is_null()) {
+    EXPECT_TRUE(contains(v.value("resource", ""), "other.test") || contains(v.value("resource", ""), "tls.test"))
+        << v.dump();
+  }
+  expect_untouched(tls);
+}
+
+TEST_F(EgressTest, TlsWithoutSniIsReset) {
+  TlsEchoServer tls;
+  set_moon({{"tls.test", "127.0.0.1"}});
+  set_egress({{"tls.test", tls.port(), "https"}});
+  auto run = probe({"tls", "tls.test", std::to_string(tls.port()), "-"});
+  expect_reset_violation(run, run.result, tls.port(), "https");
+  expect_untouched(tls);
+}
+
+TEST_F(EgressTest, PlaintextOnAnHttpsEntryIsReset) {
+  TlsEchoServer tls;
+  set_moon({{"tls.test", "127.0.0.1"}});
+  set_egress({{"tls.test", tls.port(), "https"}});
+  auto run = probe({"plain_on", "tls.test", std::to_string(tls.port())});
+  expect_reset_violation(run, run.result, tls.port(), "https");
+  expect_untouched(tls);
+}
+
+TEST_F(EgressTest, HttpWithAnotherHostIsReset) {
+  HttpServer http;
+  set_moon({{"http.test", "127.0.0.1"}, {"evil.test", "127.0.0.1"}});
+  set_egress({{"http.test", http.port(), "http"}});
+  const std::string port = std::to_string(http.port());
+  auto run = probe({"netsteps", "http_get http.test " + port + " evil.test:" + port, "tls http.test " + port});
+  ASSERT_EQ(run.results.size(), 2u) << run.context();
+  expect_reset_violation(run, run.results[0], http.port(), "http");
+  // TLS where plain HTTP is declared: not an HTTP request head either.
+  EXPECT_TRUE(looks_reset(run.results[1])) << run.context();
+  EXPECT_GE(run.violations().size(), 2u) << run.context();
+  expect_untouched(http);
+}
+
+// ---- DNS ------------------------------------------------------------------------------------
+
+TEST_F(EgressTest, UndeclaredNameIsNxdomain) {
+  TcpEchoServer echo;
+  // Mapped by the operator, yet not declared by the pack: dns.hosts grants nothing.
+  set_moon({{"echo.test", "127.0.0.1"}, {"nothere.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"netsteps", "resolve nothere.test", "dns_raw nothere.test A",
+                    "dns_raw 6578666c74726174656421.echo.test A"});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  EXPECT_EQ(run.results[0], "gai=EAI_NONAME") << run.context();
+  EXPECT_EQ(run.results[1], "ok NXDOMAIN") << run.context();
+  // A data-carrying label below a declared name is just another undeclared name.
+  EXPECT_EQ(run.results[2], "ok NXDOMAIN") << run.context();
+  expect_network_violation(run, "dns:nothere.test", "NXDOMAIN");
+  expect_network_violation(run, "dns:6578666c74726174656421.echo.test", "NXDOMAIN");
+  bool denied_event = false;
+  for (const auto& e : run.of_type("dns_query")) {
+    const auto& d = e["data"];
+    if (d.value("name", "") != "nothere.test") continue;
+    denied_event = true;
+    EXPECT_EQ(d["denied"], true) << d.dump();
+    if (d.contains("rcode")) {
+      EXPECT_TRUE(d["rcode"] == "NXDOMAIN" || d["rcode"] == 3) << d.dump();
+    }
+  }
+  EXPECT_TRUE(denied_event) << run.context();
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, QueryTypesOtherThanAddressesAreRefused) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"netsteps", "dns_raw echo.test TXT", "dns_raw echo.test ANY", "dns_raw echo.test NULL",
+                    "dns_raw echo.test SRV", "dns_raw echo.test MX", "dns_raw echo.test TXT 127.0.0.1 tcp",
+                    "dns_raw secret-data.nothere.test TXT"});
+  ASSERT_EQ(run.results.size(), 7u) << run.context();
+  for (const auto& r : run.results) EXPECT_EQ(r, "ok REFUSED") << run.context();
+  expect_network_violation(run, "dns:echo.test", "REFUSED");
+  expect_network_violation(run, "dns:secret-data.nothere.test", "REFUSED");
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, DnsToOtherServersIsBlocked) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"netsteps", "dns_raw echo.test A 8.8.8.8 udp", "dns_raw echo.test A 8.8.8.8 tcp",
+                    "dns_raw echo.test A 127.0.0.53 udp", "dns_raw echo.test A ::1 udp"});
+  ASSERT_EQ(run.results.size(), 4u) << run.context();
+  EXPECT_EQ(run.results[0], "errno=EPERM") << run.context();
+  EXPECT_EQ(run.results[1], "errno=ECONNREFUSED") << run.context();
+  EXPECT_EQ(run.results[2], "errno=EPERM") << run.context();
+  EXPECT_EQ(run.results[3], "errno=EPERM") << run.context();
+  expect_network_violation(run, "8.8.8.8:53/udp", "EPERM");
+  expect_network_violation(run, "8.8.8.8:53/tcp", "ECONNREFUSED", "connect");
+  expect_network_violation(run, "127.0.0.53:53/udp", "EPERM");
+  expect_network_violation(run, "[::1]:53/udp", "EPERM");
+}
+
+// ---- UDP --------------------------------------------------------------------------------------
+
+TEST_F(EgressTest, UdpToAnUndeclaredPairIsEperm) {
+  UdpEchoServer udp;
+  UdpEchoServer other("0.0.0.0");
+  set_moon({{"udp.test", "127.0.0.1"}});
+  set_egress({{"udp.test", udp.port(), "udp"}});
+  const std::string u = std::to_string(udp.port());
+  const std::string o = std::to_string(other.port());
+  auto run = probe({"netsteps", "udp_echo udp.test " + o + " wrong-port", "udp_echo 127.0.0.1 " + u + " literal",
+                    "udp_echo " + leak_ip_ + " " + o + " host"});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  for (const auto& r : run.results) EXPECT_EQ(r, "errno=EPERM") << run.context();
+  expect_network_violation(run, "udp.test:" + o + "/udp", "EPERM");
+  expect_network_violation(run, "127.0.0.1:" + u + "/udp", "EPERM");
+  expect_network_violation(run, leak_ip_ + ":" + o + "/udp", "EPERM");
+  expect_untouched(udp);
+  expect_untouched(other);
+}
+
+// ---- rebinding, operator policy, wildcards ---------------------------------------------------
+
+TEST_F(EgressTest, RebindingToLoopbackIsRefused) {
+  // `localhost` is declared, not in dns.hosts: the gateway resolves it upstream (the host's
+  // resolver: 127.0.0.1) and must refuse the loopback answer. The agent resolves it through
+  // the stub with a raw query (its /etc/hosts would answer locally).
+  TcpEchoServer echo;
+  set_moon({});
+  set_egress({{"localhost", echo.port(), "tcp"}});
+  auto run = probe({"connect_via_dns", "localhost", std::to_string(echo.port())});
+  EXPECT_TRUE(looks_reset(run.result)) << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  json v = run.violation_where(
+      [](const std::string& r) { return contains(r, "localhost") && contains(r, "127.0.0.1"); });
+  ASSERT_FALSE(v.is_null()) << run.context();
+  EXPECT_EQ(v["surface"], "network");
+  EXPECT_EQ(v["manifest_entry"], "capabilities.egress[0]") << v.dump();
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, EgressDenyBeatsThePack) {
+  TcpEchoServer echo;
+  set_moon({{"denied.test", "127.0.0.1"}}, {"denied.test"});
+  set_egress({{"denied.test", echo.port(), "tcp"}});
+  const std::string p = std::to_string(echo.port());
+  auto run = probe({"netsteps", "resolve denied.test", "tcp_echo denied.test " + p + " x",
+                    "connect_via_dns denied.test " + p});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  EXPECT_EQ(run.results[0], "gai=EAI_NONAME") << run.context();
+  EXPECT_EQ(run.results[1], "gai=EAI_NONAME") << run.context();
+  EXPECT_EQ(run.results[2], "dns=NXDOMAIN") << run.context();
+  expect_network_violation(run, "dns:denied.test", "NXDOMAIN");
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, WildcardMatchesSubdomainsNotTheApex) {
+  TcpEchoServer echo;
+  set_moon({{"a.echo.test", "127.0.0.1"}, {"echo.test", "127.0.0.1"}});
+  set_egress({{"*.echo.test", echo.port(), "tcp"}});
+  const std::string p = std::to_string(echo.port());
+  auto sub = probe({"tcp_echo", "a.echo.test", p, "sub"});
+  expect_allowed(sub, "ok sub");
+  auto opened = sub.of_type("egress_opened");
+  ASSERT_EQ(opened.size(), 1u) << sub.context();
+  EXPECT_EQ(opened[0]["data"]["entry"], "capabilities.egress[0]");
+  ASSERT_TRUE(echo.wait_served(1));
+
+  auto apex = probe({"netsteps", "resolve echo.test", "tcp_echo echo.test " + p + " apex"});
+  ASSERT_EQ(apex.results.size(), 2u) << apex.context();
+  EXPECT_EQ(apex.results[0], "gai=EAI_NONAME") << apex.context();
+  EXPECT_EQ(apex.results[1], "gai=EAI_NONAME") << apex.context();
+  expect_network_violation(apex, "dns:echo.test", "NXDOMAIN");
+  EXPECT_EQ(echo.accepted(), 1) << echo.describe();  // only the subdomain's connection
+}
+
+TEST_F(EgressTest, StarAllowsTcpThroughTheGateway) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress_star();
+  auto run = probe({"tcp_echo", "echo.test", std::to_string(echo.port()), "star"});
+  expect_allowed(run, "ok star");
+  EXPECT_EQ(echo.accepted(), 1) << echo.describe();
+  // Still through the gateway, so still logged.
+  auto opened = run.of_type("egress_opened");
+  ASSERT_EQ(opened.size(), 1u) << run.context();
+  EXPECT_EQ(opened[0]["data"]["host"], "echo.test");
+  EXPECT_TRUE(same_port(opened[0]["data"]["port"], echo.port())) << opened[0].dump();
+}
+
+TEST_F(EgressTest, StarStillRefusesUdpButNotTheStub) {
+  UdpEchoServer udp;
+  set_moon({{"udp.test", "127.0.0.1"}});
+  set_egress_star();
+  const std::string u = std::to_string(udp.port());
+  auto run = probe({"netsteps", "dns_raw udp.test A", "udp_echo udp.test " + u + " star-udp"});
+  ASSERT_EQ(run.results.size(), 2u) << run.context();
+  EXPECT_EQ(run.results[0].rfind("ok NOERROR ", 0), 0u) << run.context();
+  EXPECT_EQ(run.results[1], "errno=EPERM") << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  json v = run.violation_where([&](const std::string& r) { return ends_with(r, ":" + u + "/udp"); });
+  ASSERT_FALSE(v.is_null()) << run.context();
+  EXPECT_EQ(v["surface"], "network");
+  EXPECT_EQ(v["errno"], "EPERM");
+  expect_untouched(udp);
+}
+
+TEST_F(EgressTest, StarDoesNotReachTheHostsLoopbackByLiteral) {
+  // "*" is any destination out there, not the operator's own machine: 127.0.0.1 in the
+  // sandbox is the sandbox's loopback, and nothing may land on the host's.
+  SentinelListener sentinel("0.0.0.0");
+  set_moon({});
+  set_egress_star();
+  auto run = probe({"tcp_echo", "127.0.0.1", std::to_string(sentinel.port()), "x"});
+  EXPECT_TRUE(run.result.rfind("errno=", 0) == 0 || looks_reset(run.result)) << run.context();
+  EXPECT_NE(run.output.exit_code, 0) << run.context();
+  expect_untouched(sentinel);
+}
+
+// ---- sockets and local escapes ------------------------------------------------------------------
+
+TEST_F(EgressTest, UnusualSocketsAreRefused) {
+  TcpEchoServer echo;
+  SentinelListener sentinel("0.0.0.0");
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  const std::string s = std::to_string(sentinel.port());
+  auto run = probe({"netsteps", "raw_socket", "packet_socket", "netlink_socket", "vsock", "af_alg", "nft_flush",
+                    "icmp_ping " + leak_ip_, "tcp_echo " + leak_ip_ + " " + s + " after"});
+  ASSERT_EQ(run.results.size(), 8u) << run.context();
+  // As tests/escape: SOCK_RAW in AF_INET is EPERM, other families EAFNOSUPPORT (seccomp).
+  EXPECT_EQ(run.results[0], "errno=EPERM") << run.context();
+  for (int i = 1; i <= 5; ++i) EXPECT_EQ(run.results[i], "errno=EAFNOSUPPORT") << i << "\n" << run.context();
+  // A ping socket: not permitted by the netns's ping_group_range (EACCES), or the echo
+  // request is rejected on output (EPERM).
+  EXPECT_TRUE(run.results[6] == "errno=EACCES" || run.results[6] == "errno=EPERM") << run.context();
+  // The rules still hold after all that.
+  EXPECT_EQ(run.results[7], "errno=ECONNREFUSED") << run.context();
+  expect_network_violation(run, leak_ip_ + ":" + s + "/tcp", "ECONNREFUSED", "connect");
+  expect_untouched(sentinel);
+  expect_untouched(echo);
+}
+
+TEST_F(EgressTest, HostAbstractUnixSocketIsUnreachable) {
+  TcpEchoServer echo;
+  std::string name = "soyaos-egress-" + std::to_string(::getpid());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"abstract_unix", name});
+  // The sandbox has its own network namespace (and Landlock scoping where present): the
+  // host's abstract namespace is not there. As tests/escape: any errno, nothing connected.
+  EXPECT_EQ(run.result.rfind("errno=", 0), 0u) << run.context();
+  EXPECT_LT(::accept(fd, nullptr, nullptr), 0) << "a connection reached the host abstract socket";
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace soyaos::testing
