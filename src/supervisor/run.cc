@@ -173,6 +173,7 @@ RunReport run_pack(const RunRequest& request) {
     prev = launched->step_ns[i];
   }
   report.captured.enabled = request.capture_output;
+  report.captured.tee = request.tee_output;
   auto outcome = supervise(
       *launched, *policy,
       [&](const Violation& v) {

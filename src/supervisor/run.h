@@ -45,6 +45,7 @@ struct RunRequest {
   std::vector<std::string> event_files;  // --events FILE (append)
   bool events_to_stdout = false;         // --events -
   bool capture_output = false;           // keep stdout/stderr in the report instead of relaying
+  bool tee_output = false;               // with capture_output: relay as well (the result cache)
   RunHooks hooks;
 };
 

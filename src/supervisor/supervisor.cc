@@ -33,8 +33,8 @@ Status add(int epfd, int fd, Tag tag) {
 
 void remove(int epfd, int fd) { (void)::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr); }
 
-// Relays (or captures) one chunk of the agent's output; false at EOF.
-bool relay(int from, int to, std::string* sink, size_t cap, uint64_t* dropped) {
+// Relays and/or captures one chunk of the agent's output; false at EOF.
+bool relay(int from, int to, std::string* sink, size_t cap, uint64_t* dropped, bool tee) {
   char buf[65536];
   ssize_t n = ::read(from, buf, sizeof buf);
   if (n < 0) return errno == EINTR || errno == EAGAIN;
@@ -43,7 +43,7 @@ bool relay(int from, int to, std::string* sink, size_t cap, uint64_t* dropped) {
     size_t keep = std::min(static_cast<size_t>(n), cap - std::min(cap, sink->size()));
     sink->append(buf, keep);
     *dropped += static_cast<uint64_t>(n) - keep;
-    return true;
+    if (!tee) return true;
   }
   ssize_t off = 0;
   while (off < n) {
@@ -162,14 +162,16 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
       switch (events[i].data.u64) {
         case kStdout:
           if (!relay(comet.stdout_read.get(), STDOUT_FILENO, capturing ? &capture->out : nullptr,
-                     capturing ? capture->cap_bytes : 0, capturing ? &capture->out_dropped : nullptr)) {
+                     capturing ? capture->cap_bytes : 0, capturing ? &capture->out_dropped : nullptr,
+                     capturing && capture->tee)) {
             remove(epoll.get(), comet.stdout_read.get());
             stdout_open = false;
           }
           break;
         case kStderr:
           if (!relay(comet.stderr_read.get(), STDERR_FILENO, capturing ? &capture->err : nullptr,
-                     capturing ? capture->cap_bytes : 0, capturing ? &capture->err_dropped : nullptr)) {
+                     capturing ? capture->cap_bytes : 0, capturing ? &capture->err_dropped : nullptr,
+                     capturing && capture->tee)) {
             remove(epoll.get(), comet.stderr_read.get());
             stderr_open = false;
           }

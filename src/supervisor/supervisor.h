@@ -39,6 +39,9 @@ using ViolationCallback = std::function<void(const Violation&)>;
 // (bounded; bytes past the cap are counted, not kept) for `pack test` and the cache.
 struct OutputCapture {
   bool enabled = false;
+  // With `enabled`: relay as well as keep (the result cache keeps a copy of what the user
+  // sees live; past the cap the bytes are still relayed, only counted as dropped).
+  bool tee = false;
   size_t cap_bytes = 16u << 20;
   std::string out, err;
   uint64_t out_dropped = 0, err_dropped = 0;
