@@ -44,27 +44,34 @@ uint64_t now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// The Ready message carries, as SCM_RIGHTS, in this order: the seccomp listener,
+// /workdir/out, the NFLOG socket, the DNS stub's UDP and TCP sockets, the gateway's IPv4
+// listener, then the optional IPv6 gateway and proxy listeners (flags say which), then the
+// UDP relays.
+constexpr size_t kMaxPassedFds = 8 + kMaxUdpRelays;
 struct ReadyMessage {
   ControlHeader header;
   uint64_t step_ns[kStepCount];
+  uint32_t fd_count;
+  uint8_t has_gateway6;
+  uint8_t has_proxy;
+  uint16_t relays;
 };
 
-Status send_fds(int sock, int fd_a, int fd_b, const uint64_t (&steps)[kStepCount]) {
-  ReadyMessage m{{kMsgReady, 0}, {}};
-  std::memcpy(m.step_ns, steps, sizeof m.step_ns);
+Status send_fds(int sock, const std::vector<int>& fds, const ReadyMessage& ready) {
+  ReadyMessage m = ready;
   struct iovec iov {&m, sizeof m};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(kMaxPassedFds * sizeof(int))] = {};
   struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
   struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   cmsg->cmsg_level = SOL_SOCKET;
   cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(2 * sizeof(int));
-  int fds[2] = {fd_a, fd_b};
-  std::memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+  cmsg->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), fds.data(), fds.size() * sizeof(int));
   if (::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) return errno_error("send listener to supervisor");
   return {};
 }
@@ -87,8 +94,8 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
 
 // The child, from clone to execve. Runs in a copy of the (single-threaded) supervisor's
 // memory; every failure is reported on `sock` and ends the child.
-[[noreturn]] void child_main(const policy::Policy& policy, const SeccompProgram& program, int sock,
-                             int stdout_w, int stderr_w) {
+[[noreturn]] void child_main(const policy::Policy& policy, const SeccompProgram& program,
+                             const NetworkPlan& network_plan, int sock, int stdout_w, int stderr_w) {
   // Wait for the parent to write our id maps.
   uint64_t steps[kStepCount] = {};
   // A new session without a controlling terminal: TIOCSTI has nothing to inject into.
@@ -110,6 +117,11 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
   auto root = build_sandbox_root(policy, std::move(sources.value()));
   if (!root) fail(sock, "mounts", root.error());
   steps[kStepMounts] = now_ns();
+  // Still holding CAP_NET_ADMIN over this netns (dropped with every other capability in
+  // step 4), so the agent can never change what is set up here.
+  auto network = setup_sandbox_network(network_plan);
+  if (!network) fail(sock, "network", network.error());
+  steps[kStepNetwork] = now_ns();
 
   if (::sethostname(policy.hostname.data(), policy.hostname.size()) != 0) {
     fail(sock, "uts namespace", errno_error("sethostname"));
@@ -140,11 +152,25 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
   auto listener = install_agent_filter(program);
   if (!listener) fail(sock, "seccomp", listener.error());
   steps[kStepSeccomp] = now_ns();
-  if (auto s = send_fds(sock, listener->get(), root->out_dir.get(), steps); !s) {
-    ::_exit(125);
+  ReadyMessage ready{{kMsgReady, 0}, {}, 0, 0, 0, 0};
+  std::memcpy(ready.step_ns, steps, sizeof ready.step_ns);
+  std::vector<int> fds = {listener->get(),          root->out_dir.get(),      network->nflog.get(),
+                          network->dns_udp.get(),   network->dns_tcp.get(),   network->gateway_tcp.get()};
+  if (network->gateway_tcp6) {
+    fds.push_back(network->gateway_tcp6.get());
+    ready.has_gateway6 = 1;
   }
+  if (network->proxy_tcp) {
+    fds.push_back(network->proxy_tcp.get());
+    ready.has_proxy = 1;
+  }
+  for (const auto& relay : network->udp_relay) fds.push_back(relay.get());
+  ready.relays = static_cast<uint16_t>(network->udp_relay.size());
+  ready.fd_count = static_cast<uint32_t>(fds.size());
+  if (auto s = send_fds(sock, fds, ready); !s) ::_exit(125);
   listener->reset();
   root->out_dir.reset();
+  *network = NetworkFds{};
   // Nothing of the supervisor's reaches the agent: every fd but 0-2 closes on exec.
   // SAFETY: close_range(2) marks all fds >= 3 close-on-exec; the control socket goes at exec.
   if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) ::_exit(125);
@@ -167,11 +193,11 @@ Result<std::pair<UniqueFd, UniqueFd>> make_pipe() {
   return std::make_pair(UniqueFd(fds[0]), UniqueFd(fds[1]));
 }
 
-// Reads the child's next control message. A Ready message yields its two fds.
-Result<std::pair<UniqueFd, UniqueFd>> receive_ready(int sock, uint64_t (&steps)[kStepCount]) {
+// Reads the child's next control message. A Ready message yields its fds (into `comet`).
+Status receive_ready(int sock, LaunchedComet& comet) {
   char buf[4096];
   struct iovec iov {buf, sizeof buf};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(kMaxPassedFds * sizeof(int))] = {};
   struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -199,20 +225,43 @@ Result<std::pair<UniqueFd, UniqueFd>> receive_ready(int sock, uint64_t (&steps)[
   }
   ReadyMessage ready{};
   std::memcpy(&ready, buf, sizeof ready);
-  std::memcpy(steps, ready.step_ns, sizeof steps);
+  std::memcpy(comet.step_ns, ready.step_ns, sizeof comet.step_ns);
   struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS ||
-      cmsg->cmsg_len != CMSG_LEN(2 * sizeof(int))) {
+  if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS || cmsg->cmsg_len < CMSG_LEN(0)) {
     return make_error("sandbox setup: listener fd missing");
   }
-  int fds[2];
-  std::memcpy(fds, CMSG_DATA(cmsg), sizeof fds);
-  return std::make_pair(UniqueFd(fds[0]), UniqueFd(fds[1]));
+  const size_t received = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+  std::vector<UniqueFd> fds(received);
+  {
+    std::vector<int> raw(received);
+    std::memcpy(raw.data(), CMSG_DATA(cmsg), received * sizeof(int));
+    for (size_t i = 0; i < received; ++i) fds[i].reset(raw[i]);  // owned before any check
+  }
+  const size_t expected = 6 + ready.has_gateway6 + ready.has_proxy + ready.relays;
+  if ((msg.msg_flags & MSG_CTRUNC) != 0 || received != ready.fd_count || received != expected) {
+    return make_error("sandbox setup: " + std::to_string(received) + " fds received, " +
+                      std::to_string(expected) + " expected");
+  }
+  size_t i = 0;
+  comet.listener = std::move(fds[i++]);
+  comet.out_dir = std::move(fds[i++]);
+  comet.network.nflog = std::move(fds[i++]);
+  comet.network.dns_udp = std::move(fds[i++]);
+  comet.network.dns_tcp = std::move(fds[i++]);
+  comet.network.gateway_tcp = std::move(fds[i++]);
+  if (ready.has_gateway6 != 0) comet.network.gateway_tcp6 = std::move(fds[i++]);
+  if (ready.has_proxy != 0) comet.network.proxy_tcp = std::move(fds[i++]);
+  while (i < fds.size()) comet.network.udp_relay.push_back(std::move(fds[i++]));
+  return {};
 }
 
 }  // namespace
 
-Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program) {
+Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program,
+                                   const NetworkPlan& network) {
+  if (network.allow_udp.size() > kMaxUdpRelays) {
+    return make_error("network: more than " + std::to_string(kMaxUdpRelays) + " udp egress entries", E2BIG);
+  }
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return errno_error("socketpair");
@@ -243,7 +292,7 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   }
   if (pid == 0) {
     parent_sock.reset();
-    child_main(policy, program, child_sock.get(), out_pipe->second.get(), err_pipe->second.get());
+    child_main(policy, program, network, child_sock.get(), out_pipe->second.get(), err_pipe->second.get());
   }
   LaunchedComet comet;
   comet.launch_ns = launch_ns;
@@ -266,13 +315,10 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
     kill_child();
     return errno_error("start the Comet's setup");
   }
-  auto fds = receive_ready(parent_sock.get(), comet.step_ns);
-  if (!fds) {
+  if (auto s = receive_ready(parent_sock.get(), comet); !s) {
     kill_child();
-    return fds.error();
+    return s.error();
   }
-  comet.listener = std::move(fds->first);
-  comet.out_dir = std::move(fds->second);
   comet.control = std::move(parent_sock);
   comet.stdout_read = std::move(out_pipe->first);
   comet.stderr_read = std::move(err_pipe->first);

@@ -3,12 +3,15 @@
 //   parent (supervisor)                     child (becomes the agent, PID 1 of its namespace)
 //   clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS|NEWNET|NEWCGROUP)
 //   write uid_map/gid_map  ---- go ---->    1. mounts: build_sandbox_root (pivot_root)
+//                                           1b. network: setup_sandbox_network (links,
+//                                               nftables, the sockets the supervisor serves)
 //                                           2. hostname, new session, stdio
 //                                           3. rlimits
 //                                           4. credentials: ids, capabilities, no_new_privs
 //                                           5. Landlock
 //                                           6. seccomp filter (listener fd)
-//   receive listener + /workdir/out <----   7. send fds, close everything else
+//   receive listener, /workdir/out  <----   7. send fds, close everything else
+//   and the network fds
 //   answer the first execve: CONTINUE       8. execve the runtime (observed)
 //
 // Any failing step makes the child report "LAYER: error" and exit; the run then exits 125
@@ -19,6 +22,7 @@
 
 #include <string>
 
+#include "comet/network.h"
 #include "comet/seccomp_filter.h"
 #include "common/result.h"
 #include "common/unique_fd.h"
@@ -27,10 +31,10 @@
 namespace soyaos::comet {
 
 // Monotonic timestamps (ns) of the setup steps, measured in the child: each layer's cost.
-enum SetupStep { kStepCloned, kStepMounts, kStepSession, kStepLimits, kStepCredentials, kStepLandlock,
-                 kStepSeccomp, kStepCount };
+enum SetupStep { kStepCloned, kStepMounts, kStepNetwork, kStepSession, kStepLimits, kStepCredentials,
+                 kStepLandlock, kStepSeccomp, kStepCount };
 inline constexpr const char* kSetupStepNames[kStepCount] = {
-    "namespaces", "mounts", "session", "rlimits", "credentials", "landlock", "seccomp"};
+    "namespaces", "mounts", "network", "session", "rlimits", "credentials", "landlock", "seccomp"};
 
 struct LaunchedComet {
   uint64_t launch_ns = 0;                  // before clone3, in the parent
@@ -42,6 +46,7 @@ struct LaunchedComet {
   UniqueFd out_dir;        // /workdir/out tmpfs, collected after the run
   UniqueFd stdout_read;    // agent's stdout and stderr (pipes)
   UniqueFd stderr_read;
+  NetworkFds network;      // the sockets of the agent's netns the supervisor serves
 };
 
 // The header of every message on the control channel (child to parent).
@@ -56,6 +61,9 @@ inline constexpr char kControlExecFailed = 'X';
 // Starts the child and runs steps 1-7; returns once the listener fd has arrived (the
 // child is then blocked in execve waiting for the supervisor's answer), or the child's
 // setup failure as an Error whose message is "LAYER: detail".
-Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program);
+// `network` is the validated plan of the agent's netns (every run has one: with no egress
+// entries every attempt is refused and reported).
+Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program,
+                                   const NetworkPlan& network);
 
 }  // namespace soyaos::comet

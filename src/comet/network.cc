@@ -50,6 +50,7 @@ uint16_t relay_port(const NetworkPlan& plan, size_t index) {
 }
 
 bool has_v6_redirect(const NetworkPlan& plan) {
+  if (plan.catch_all_tcp) return true;
   for (const auto& r : plan.redirect_tcp) {
     if (r.v6) return true;
   }
@@ -400,6 +401,17 @@ Status validate_network_plan(const NetworkPlan& plan) {
     if (r.proto != IPPROTO_TCP || r.port == 0) {
       return make_error("network plan: redirect_tcp entry " + endpoint(r) + " is not a TCP port", EINVAL);
     }
+    if (r.prefix > (r.v6 ? 128 : 32)) {
+      return make_error("network plan: redirect_tcp entry " + endpoint(r) + " has prefix /" +
+                            std::to_string(r.prefix),
+                        EINVAL);
+    }
+  }
+  for (const auto& r : plan.allow_udp) {
+    if (r.prefix != 0) return make_error("network plan: UDP entry " + endpoint(r) + " with a prefix", EINVAL);
+  }
+  if (plan.proxy_port == kDnsPort || (plan.proxy_port != 0 && plan.proxy_port == plan.gateway_port)) {
+    return make_error("network plan: proxy port " + std::to_string(plan.proxy_port) + " collides", EINVAL);
   }
   const size_t n = plan.allow_udp.size();
   if (n > 0) {
@@ -447,8 +459,16 @@ std::string nft_ruleset(const NetworkPlan& plan) {
   out += "\tchain nat_output {\n";
   out += "\t\ttype nat hook output priority -100; policy accept;\n";
   for (const auto& r : plan.redirect_tcp) {
-    out += std::string("\t\t") + (r.v6 ? "ip6" : "ip") + " daddr " + format_addr(r.addr, r.v6) +
-           " tcp dport " + std::to_string(r.port) + " redirect to :" + gw + "\n";
+    std::string addr = format_addr(r.addr, r.v6);
+    if (r.prefix != 0) addr += "/" + std::to_string(r.prefix);
+    out += std::string("\t\t") + (r.v6 ? "ip6" : "ip") + " daddr " + addr + " tcp dport " +
+           std::to_string(r.port) + " redirect to :" + gw + "\n";
+  }
+  if (plan.catch_all_tcp) {
+    // egress "*": everything but the netns's own loopback (the stub, the gateway itself,
+    // the proxy) is redirected; the gateway decides and logs each connection.
+    out += "\t\tip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :" + gw + "\n";
+    out += "\t\tip6 daddr != ::1 meta l4proto tcp redirect to :" + gw + "\n";
   }
   for (size_t i = 0; i < plan.allow_udp.size(); ++i) {
     const auto& r = plan.allow_udp[i];
@@ -468,6 +488,9 @@ std::string nft_ruleset(const NetworkPlan& plan) {
   }
   out += "\t\tip daddr 127.0.0.1 udp dport 53 accept\n";
   out += "\t\tip daddr 127.0.0.1 tcp dport 53 accept\n";
+  if (plan.proxy_port != 0) {
+    out += "\t\tip daddr 127.0.0.1 tcp dport " + std::to_string(plan.proxy_port) + " accept\n";
+  }
   out += "\t\tlog group " + group + "\n";
   out += "\t\tmeta l4proto tcp reject with tcp reset\n";
   out += "\t\treject with icmpx type admin-prohibited\n";
@@ -510,6 +533,12 @@ Result<NetworkFds> setup_sandbox_network(const NetworkPlan& plan) {
   auto dns_tcp = bound_socket(AF_INET, SOCK_STREAM, "127.0.0.1", kDnsPort, "DNS stub tcp 127.0.0.1:53");
   if (!dns_tcp) return dns_tcp.error();
   fds.dns_tcp = std::move(*dns_tcp);
+  if (plan.proxy_port != 0) {
+    auto proxy = bound_socket(AF_INET, SOCK_STREAM, "127.0.0.1", plan.proxy_port,
+                              "Moon proxy 127.0.0.1:" + std::to_string(plan.proxy_port));
+    if (!proxy) return proxy.error();
+    fds.proxy_tcp = std::move(*proxy);
+  }
   return fds;
 }
 

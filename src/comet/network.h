@@ -43,7 +43,13 @@ struct EgressRule {
   bool v6 = false;
   uint16_t port = 0;               // host byte order, 1..65535
   uint8_t proto = 0;               // IPPROTO_TCP or IPPROTO_UDP
+  // 0: exactly `addr`; otherwise the network addr/prefix (a wildcard entry's block of fake
+  // addresses). Only redirect_tcp entries may have one.
+  uint8_t prefix = 0;
 };
+
+// At most this many udp entries (one relay socket each) per run.
+inline constexpr size_t kMaxUdpRelays = 64;
 
 // Computed in the parent before clone (plain data, no syscalls).
 struct NetworkPlan {
@@ -55,6 +61,12 @@ struct NetworkPlan {
   // RFC 2544 benchmark range the stub hands fake per-name addresses out of. No address of
   // the netns lies in it; validated (IPv4 CIDR, not overlapping the netns's own addresses).
   std::string fake_v4_cidr = "198.18.0.0/15";
+  // egress "*": every TCP destination outside the netns's loopback goes to the gateway,
+  // which still decides and logs each connection (SPEC C6).
+  bool catch_all_tcp = false;
+  // The Moon proxy (C7, `protocol: moon-proxy`): a TCP listener on 127.0.0.1:proxy_port the
+  // agent reaches directly (HTTP_PROXY). 0 = none.
+  uint16_t proxy_port = 0;
 };
 
 // Every fd is O_CLOEXEC and O_NONBLOCK (served by the supervisor's event loop).
@@ -67,6 +79,7 @@ struct NetworkFds {
   UniqueFd dns_udp;                 // UDP bound to 127.0.0.1:53 (the stub resolver)
   UniqueFd dns_tcp;                 // TCP listening on 127.0.0.1:53
   UniqueFd nflog;                   // NETLINK_NETFILTER, bound to NFLOG group nflog_group
+  UniqueFd proxy_tcp;               // TCP listening on 127.0.0.1:proxy_port; invalid when 0
 };
 
 // The netns's own addresses (veth soyaos0); the agent's sockets take them as source.

@@ -29,7 +29,8 @@ const char* const kPythonEtcPaths[] = {"/etc/python3.11"};
 
 // glibc reads the online CPU list (malloc arenas, sysconf); libuv reads cgroup memory
 // limits at start; node's module resolution walks up from /workdir.
-const char* const kLibcProbes[] = {"/sys/devices/system/cpu"};
+// glibc's resolver reads /etc/host.conf and getaddrinfo /etc/gai.conf when present.
+const char* const kLibcProbes[] = {"/sys/devices/system/cpu", "/etc/host.conf", "/etc/gai.conf"};
 const char* const kNodeProbes[] = {"/sys/fs/cgroup", "/package.json", "/node_modules"};
 
 bool exists_no_follow(const std::string& path, struct stat* st) {
@@ -129,6 +130,9 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   p.limits = {m.resources.memory_bytes, m.resources.pids, m.resources.timeout_ms,
               m.resources.write_quota_bytes, m.resources.open_files};
   p.egress_requested = m.capabilities.egress_any || !m.capabilities.egress.empty();
+  p.egress_any = m.capabilities.egress_any;
+  p.egress = m.capabilities.egress;
+  for (const auto& e : p.egress) p.moon_proxy = p.moon_proxy || e.protocol == manifest::Protocol::moon_proxy;
 
   const std::string entry = std::string(kWorkdir) + "/" + m.agent.entrypoint;
   switch (m.agent.runtime) {
@@ -149,9 +153,14 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   p.argv.insert(p.argv.end(), m.agent.args.begin(), m.agent.args.end());
   p.argv.insert(p.argv.end(), options.extra_args.begin(), options.extra_args.end());
 
-  // C5: only what the manifest sets plus PATH, HOME, LANG, TZ (proxy variables: #5).
+  // C5: only what the manifest sets plus PATH, HOME, LANG, TZ and the proxy variables of C7.
   std::vector<std::pair<std::string, std::string>> env = {
       {"PATH", "/usr/bin:/bin"}, {"HOME", kWorkdir}, {"LANG", "C.UTF-8"}, {"TZ", "UTC"}};
+  if (p.moon_proxy) {
+    const std::string proxy = std::string("http://") + kMoonProxyHost + ":" + std::to_string(kMoonProxyPort);
+    // Both spellings: curl and Python read the lower-case ones, many others the upper.
+    for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) env.emplace_back(name, proxy);
+  }
   for (const auto& var : m.agent.env) {
     const std::string& name = var.first;
     auto it = std::find_if(env.begin(), env.end(), [&name](const auto& e) { return e.first == name; });
@@ -178,7 +187,8 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   const std::pair<const char*, std::string> generated[] = {
       {"/etc/passwd", generated_passwd(p.sandbox_uid, p.sandbox_gid)},
       {"/etc/group", generated_group(p.sandbox_gid)},
-      {"/etc/hosts", "127.0.0.1 localhost\n::1 localhost\n127.0.1.1 comet\n"},
+      {"/etc/hosts", std::string("127.0.0.1 localhost\n::1 localhost\n127.0.1.1 comet\n") +
+                         (p.moon_proxy ? std::string("127.0.0.1 ") + kMoonProxyHost + "\n" : "")},
       {"/etc/resolv.conf", "nameserver 127.0.0.1\noptions edns0\n"},
       {"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"},
   };

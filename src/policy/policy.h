@@ -82,8 +82,16 @@ struct Policy {
   std::string out_sandbox_path = "/workdir/out";
   bool out_writable = false;           // /workdir/out declared in fs.write
   std::filesystem::path out_host_dir;  // where /workdir/out is collected after the run
-  bool egress_requested = false;       // the manifest declares egress (network issue #4)
+  bool egress_requested = false;       // the manifest declares egress (any entry, or "*")
+  bool egress_any = false;             // egress: "*"
+  std::vector<manifest::EgressEntry> egress;  // the manifest's entries, in order
+  bool moon_proxy = false;             // an entry with protocol moon-proxy (C7)
 };
+
+// The Moon proxy as the sandbox sees it (SPEC M2, C7): `moon:3128`, which the sandbox's
+// /etc/hosts maps to its own loopback, where the supervisor serves the proxy.
+inline constexpr const char* kMoonProxyHost = "moon";
+inline constexpr uint16_t kMoonProxyPort = 3128;
 
 // Operator choices for one run (`soyaos run` flags).
 struct RunOptions {

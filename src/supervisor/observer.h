@@ -26,6 +26,7 @@ struct Violation {
   std::string manifest_entry;  // key path of the closest entry, or "no match"
   std::string access;          // fs only: read | write
   int pid = 0;                 // the agent thread's pid inside the sandbox, when known
+  std::string detail;          // why, when the resource alone does not say (network checks)
 };
 
 struct Decision {

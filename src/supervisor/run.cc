@@ -4,12 +4,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <unistd.h>
 
 #include "comet/launcher.h"
 #include "comet/seccomp_filter.h"
 #include "common/digest.h"
 #include "manifest/manifest.h"
+#include "supervisor/egress_plan.h"
+#include "supervisor/egress_service.h"
 
 namespace soyaos::supervisor {
 namespace {
@@ -43,8 +46,11 @@ std::string hostname() {
 nlohmann::ordered_json violation_data(const Violation& v) {
   nlohmann::ordered_json d = {{"surface", v.surface},       {"resource", v.resource},
                       {"syscall", v.syscall},       {"errno", v.errno_name},
-                      {"manifest_entry", v.manifest_entry}, {"pid", v.pid}};
+                      {"manifest_entry", v.manifest_entry}};
+  // Network refusals seen by the netns (NFLOG) or the gateway carry no pid.
+  if (v.pid != 0) d["pid"] = v.pid;
   if (!v.access.empty()) d["access"] = v.access;
+  if (!v.detail.empty()) d["detail"] = v.detail;
   return d;
 }
 
@@ -96,11 +102,11 @@ RunReport run_pack(const RunRequest& request) {
     report.error = policy.error().describe();
     return report;
   }
-  if (policy->egress_requested) {
-    // Fail closed (C1): this Comet has no egress gateway yet, so a pack that needs the
-    // network is refused rather than run in an empty network namespace it did not ask for.
-    report.error = "network: capabilities.egress is declared but this Comet cannot enforce egress "
-                   "rules yet (no egress gateway); refusing to run";
+  // Every run gets the network layer, also with `egress: []`: then every attempt is
+  // refused by the netns and reported, instead of failing unseen with ENETUNREACH.
+  auto egress = EgressPlan::build(*policy, request.network);
+  if (!egress) {
+    report.error = egress.error().describe();
     return report;
   }
   // Benchmark baseline only (bench/observe.sh); recorded in run_started.
@@ -121,7 +127,10 @@ RunReport run_pack(const RunRequest& request) {
   }
   if (request.events_to_stdout) sink.add_stdout();
   scope::RunContext ctx{hostname(), report.run_id, m.name, m.version, *digest};
+  // Events come from three threads (this one, the seccomp notifier, the egress loop).
+  std::recursive_mutex emit_mu;
   auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
+    std::lock_guard lock(emit_mu);
     // A failing event sink must not go unnoticed (E4): remember it and fail the run.
     if (auto s = sink.emit(scope::make_event(ctx, type, std::move(data))); !s && report.error.empty()) {
       report.error = "events: " + s.error().describe();
@@ -156,7 +165,7 @@ RunReport run_pack(const RunRequest& request) {
     }
   }
 
-  auto launched = comet::launch_comet(*policy, *program);
+  auto launched = comet::launch_comet(*policy, *program, egress->network_plan());
   if (!launched) {
     report.error = launched.error().describe();
     emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
@@ -174,13 +183,28 @@ RunReport run_pack(const RunRequest& request) {
   }
   report.captured.enabled = request.capture_output;
   report.captured.tee = request.tee_output;
-  auto outcome = supervise(
-      *launched, *policy,
-      [&](const Violation& v) {
-        report.violations.push_back(v);
-        if (report.violations.size() <= kMaxViolationEvents) emit("capability_violation", violation_data(v));
-      },
-      &report.captured);
+  auto on_violation = [&](const Violation& v) {
+    std::lock_guard lock(emit_mu);
+    report.violations.push_back(v);
+    if (report.violations.size() <= kMaxViolationEvents) emit("capability_violation", violation_data(v));
+  };
+  EgressCallbacks egress_callbacks;
+  egress_callbacks.violation = on_violation;
+  egress_callbacks.event = emit;
+  egress_callbacks.proxy = request.proxy;
+  EgressService network(*egress, std::move(launched->network), egress_callbacks);
+  if (auto s = network.start(); !s) {
+    report.error = "network: egress gateway: " + s.error().describe();
+    ::kill(launched->pid, SIGKILL);
+    emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
+    (void)sink.flush();
+    store_events();
+    report.exit_code = kExitSetup;
+    return report;
+  }
+  auto outcome = supervise(*launched, *policy, on_violation, &report.captured);
+  // The agent is gone: the last refusals are read, open connections closed (and logged).
+  network.stop();
   if (!outcome) {
     report.error = "supervisor: " + outcome.error().describe();
     return report;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
+#include "policy/operator_network.h"
 #include "policy/policy.h"
 #include "scope/events.h"
 #include "supervisor/observer.h"
@@ -47,6 +49,12 @@ struct RunRequest {
   bool capture_output = false;           // keep stdout/stderr in the report instead of relaying
   bool tee_output = false;               // with capture_output: relay as well (the result cache)
   RunHooks hooks;
+  // The operator's network policy from the Moon's configuration (moon.yaml, C6a); the
+  // defaults when there is none.
+  policy::OperatorNetwork network;
+  // Serves a connection to the Moon proxy (C7) when the pack declares moon-proxy; unset,
+  // such connections are reset.
+  std::function<void(UniqueFd)> proxy;
 };
 
 struct RunReport {

@@ -396,21 +396,36 @@ TEST_F(CometTest, EventsAreRunStartedViolationRunFinished) {
 
 // ---- fail closed ------------------------------------------------------------------------
 
-TEST_F(CometTest, PackDeclaringEgressIsRefusedUntilTheGatewayExists) {
+// With `egress: []` the agent still has a network namespace with the egress layer: every
+// attempt is refused with the errno SPEC C6 names, and reported (not a silent ENETUNREACH).
+TEST_F(CometTest, NetworkWithoutEgressEntriesIsRefusedAndReported) {
+  expect_violation(probe({"tcp_echo", "192.0.2.1", "80", "hi"}), "ECONNREFUSED", "network", "192.0.2.1:80/tcp");
+}
+
+TEST_F(CometTest, DnsWithoutEgressEntriesIsNxdomainAndReported) {
+  auto run = probe({"resolve", "example.com"});
+  EXPECT_EQ(run.output.exit_code, 3) << run.output.err;
+  EXPECT_NE(run.output.out.find("RESULT gai="), std::string::npos) << run.output.out;
+  auto v = run.of_type("capability_violation");
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v[0]["data"]["resource"], "dns:example.com");
+  EXPECT_EQ(v[0]["data"]["errno"], "NXDOMAIN");
+}
+
+// Fail closed (C1): an entry this Comet cannot enforce exactly refuses the run.
+TEST_F(CometTest, UdpEntryOnAWildcardHostIsRefused) {
   set_manifest(R"(soyapack: v0
 name: comet-probe
 version: 0.1.0
 agent: {runtime: python3, entrypoint: probe.py}
-tools:
-  fetch: {kind: builtin.http_get, url: "https://example.com/"}
 capabilities:
-  egress: [{host: example.com, port: 443, protocol: https}]
+  egress: [{host: "*.example.com", port: 53, protocol: udp}]
   fs: {read: [/workdir], write: [/workdir/out]}
   determinism_tier: read-only
 )");
   auto run = probe({"exit", "0"});
   EXPECT_EQ(run.output.exit_code, 125);
-  EXPECT_NE(run.output.err.find("egress"), std::string::npos) << run.output.err;
+  EXPECT_NE(run.output.err.find("udp entry needs an exact host"), std::string::npos) << run.output.err;
 }
 
 TEST_F(CometTest, MountAtUndeclaredPathIsRefused) {

@@ -410,11 +410,11 @@ class NetworkLayer : public ::testing::TestWithParam<Mode> {
     if (!root_.empty()) std::filesystem::remove_all(root_, ec);
   }
   // Runs `body` in a child that entered the namespaces and set the layer up.
-  void run(const std::function<void(int, NetworkFds&)>& body) {
+  void run(const std::function<void(int, NetworkFds&)>& body, const NetworkPlan& plan = test_plan()) {
     const bool rootless = GetParam() == Mode::rootless;
     ChildOutcome outcome = run_in_child([&](int report) {
       enter_sandbox_namespaces(report, rootless, root_);
-      Result<NetworkFds> fds = setup_sandbox_network(test_plan());
+      Result<NetworkFds> fds = setup_sandbox_network(plan);
       if (!fds) child_fail(report, __LINE__, "setup_sandbox_network: " + fds.error().describe(), -1, fds.error().err);
       body(report, *fds);
     });
@@ -591,6 +591,43 @@ TEST_P(NetworkLayer, AgentWithoutCapabilitiesCannotRewriteRules) {
     std::vector<std::string> seen;
     CHILD_CHECK(wait_refused(fds.nflog, "1.2.3.4:80/tcp", &seen), "NFLOG after the attempts: " + joined(seen));
   });
+}
+
+// egress "*" (every TCP destination but loopback to the gateway), a wildcard's /24 block of
+// fake addresses, and the Moon proxy listener: the kernel takes the ruleset and each works.
+TEST_P(NetworkLayer, CatchAllBlocksAndProxyListener) {
+  NetworkPlan plan;
+  EgressRule block = rule("198.19.0.0", 443, IPPROTO_TCP);
+  block.prefix = 24;
+  plan.redirect_tcp.push_back(block);
+  plan.catch_all_tcp = true;
+  plan.proxy_port = 3128;
+  run(
+      [](int report, NetworkFds& fds) {
+        CHILD_CHECK(fds.gateway_tcp6 && fds.proxy_tcp, "missing gateway6 or proxy listener");
+        drop_all_capabilities(report);
+        std::vector<std::string> seen;
+        for (const char* addr : {"198.19.0.77", "203.0.113.9", "2001:db8::9"}) {
+          UniqueFd c;
+          CHILD_EXPECT_OK(connect_to(addr, 443, SOCK_STREAM, &c));
+          const UniqueFd& gw = std::string(addr).find(':') != std::string::npos ? fds.gateway_tcp6 : fds.gateway_tcp;
+          CHILD_CHECK(readable(gw, 2000), std::string("gateway did not see ") + addr);
+          UniqueFd a(::accept4(gw.get(), nullptr, nullptr, SOCK_CLOEXEC));
+          auto dst = original_destination(a);
+          CHILD_CHECK(dst.ok(), "original destination");
+        }
+        UniqueFd p;
+        CHILD_EXPECT_OK(connect_to("127.0.0.1", 3128, SOCK_STREAM, &p));
+        CHILD_CHECK(readable(fds.proxy_tcp, 2000), "proxy listener did not see the connection");
+        // Loopback is not redirected: the gateway port directly is still refused.
+        UniqueFd g;
+        CHILD_EXPECT_ERRNO(connect_to("127.0.0.1", 15001, SOCK_STREAM, &g), ECONNREFUSED);
+        CHILD_CHECK(wait_refused(fds.nflog, "127.0.0.1:15001/tcp", &seen), "NFLOG: " + joined(seen));
+        // UDP is not covered by the catch-all.
+        UniqueFd u(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        CHILD_EXPECT_ERRNO(send_datagram(u, "203.0.113.9", 53, "q"), EPERM);
+      },
+      plan);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, NetworkLayer, ::testing::Values(Mode::root, Mode::rootless),

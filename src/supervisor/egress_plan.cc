@@ -1,0 +1,231 @@
+#include "supervisor/egress_plan.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace soyaos::supervisor {
+namespace {
+
+using manifest::Protocol;
+
+bool is_wildcard(const std::string& host) { return host.rfind("*.", 0) == 0; }
+
+comet::EgressRule v4_rule(uint32_t addr_host_order, uint16_t port, uint8_t proto, uint8_t prefix = 0) {
+  comet::EgressRule r;
+  const uint32_t be = htonl(addr_host_order);
+  std::memcpy(r.addr.data(), &be, 4);
+  r.port = port;
+  r.proto = proto;
+  r.prefix = prefix;
+  return r;
+}
+
+comet::EgressRule literal_rule(const policy::IpAddress& ip, uint16_t port, uint8_t proto) {
+  comet::EgressRule r;
+  r.addr = ip.bytes;
+  r.v6 = ip.v6;
+  r.port = port;
+  r.proto = proto;
+  return r;
+}
+
+bool stream_protocol(Protocol p) { return p == Protocol::https || p == Protocol::http || p == Protocol::tcp; }
+
+
+}  // namespace
+
+std::string egress_target(const std::string& host, uint16_t port, const std::string& protocol) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + protocol;
+}
+
+Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy::OperatorNetwork& network) {
+  EgressPlan p;
+  p.policy_ = &policy;
+  p.network_ = &network;
+  p.plan_.catch_all_tcp = policy.egress_any;
+  if (policy.moon_proxy) p.plan_.proxy_port = policy::kMoonProxyPort;
+  const auto& entries = policy.egress;
+  p.denied_.resize(entries.size(), false);
+  for (size_t i = 0; i < entries.size(); ++i) p.denied_[i] = network.denies(entries[i].host);
+
+  // Exact names first: one fixed fake address each, redirected on the port of every
+  // entry (exact or wildcard) that covers it.
+  uint32_t next_exact = kFakeExactBase + 1;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    if (p.denied_[i] || e.protocol == Protocol::moon_proxy || is_wildcard(e.host) ||
+        policy::parse_ip(e.host)) {
+      continue;
+    }
+    if (p.name_to_fake_.count(e.host) != 0) continue;
+    if (next_exact >= kFakeWildcardBase || p.name_to_fake_.size() >= kMaxExactNames) {
+      return make_error("network: too many egress host names for the fake address range", E2BIG);
+    }
+    p.name_to_fake_[e.host] = next_exact;
+    p.fake_to_name_[next_exact] = e.host;
+    ++next_exact;
+  }
+  std::set<std::pair<uint32_t, uint16_t>> tcp_pairs;
+  for (const auto& [name, fake] : p.name_to_fake_) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& e = entries[i];
+      if (p.denied_[i] || !stream_protocol(e.protocol) || !manifest::host_matches(e.host, name)) continue;
+      if (tcp_pairs.insert({fake, e.port}).second) p.plan_.redirect_tcp.push_back(v4_rule(fake, e.port, IPPROTO_TCP));
+    }
+  }
+  // Wildcards: a /24 block each, redirected on the entry's port.
+  uint32_t next_block = kFakeWildcardBase;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    if (p.denied_[i] || !is_wildcard(e.host)) continue;
+    if (e.protocol == Protocol::udp) {
+      return make_error("network: " + e.key_path + ": a udp entry needs an exact host or address (`" + e.host +
+                            "` is a wildcard: which address a datagram was meant for cannot be told apart)",
+                        EINVAL);
+    }
+    uint32_t block = 0;
+    for (const auto& [j, b] : p.wildcard_blocks_) {
+      if (entries[j].host == e.host) block = b;
+    }
+    if (block == 0) {
+      if (p.wildcard_blocks_.size() >= kMaxWildcardEntries) {
+        return make_error("network: more than 255 wildcard egress hosts", E2BIG);
+      }
+      block = next_block;
+      next_block += 0x100;
+      p.block_next_[block] = 1;
+    }
+    p.wildcard_blocks_.emplace_back(i, block);
+    if (tcp_pairs.insert({block, e.port}).second) {
+      p.plan_.redirect_tcp.push_back(v4_rule(block, e.port, IPPROTO_TCP, 24));
+    }
+  }
+  // IP literals: redirected as they are.
+  std::set<std::tuple<policy::IpAddress, uint16_t, uint8_t>> literal_pairs;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    auto ip = policy::parse_ip(e.host);
+    if (p.denied_[i] || !ip) continue;
+    const uint8_t proto = e.protocol == Protocol::udp ? IPPROTO_UDP : IPPROTO_TCP;
+    if (!literal_pairs.insert({*ip, e.port, proto}).second) continue;
+    if (proto == IPPROTO_TCP) {
+      p.plan_.redirect_tcp.push_back(literal_rule(*ip, e.port, proto));
+    }
+  }
+  // UDP: one relay port per entry (docs/network-layer.md, "UDP path").
+  std::set<std::pair<std::string, uint16_t>> udp_seen;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    if (p.denied_[i] || e.protocol != Protocol::udp || !udp_seen.insert({e.host, e.port}).second) continue;
+    if (auto ip = policy::parse_ip(e.host)) {
+      p.plan_.allow_udp.push_back(literal_rule(*ip, e.port, IPPROTO_UDP));
+    } else {
+      p.plan_.allow_udp.push_back(v4_rule(p.name_to_fake_.at(e.host), e.port, IPPROTO_UDP));
+    }
+    p.udp_entries_.push_back(i);
+  }
+  if (auto s = comet::validate_network_plan(p.plan_); !s) return s.error();
+  return p;
+}
+
+std::vector<size_t> EgressPlan::entries_for_name(const std::string& name) const {
+  std::vector<size_t> out;
+  const auto& entries = policy_->egress;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (denied_[i] || entries[i].protocol == Protocol::moon_proxy) continue;
+    if (policy::parse_ip(entries[i].host)) continue;
+    if (manifest::host_matches(entries[i].host, name)) out.push_back(i);
+  }
+  return out;
+}
+
+std::optional<size_t> EgressPlan::denied_entry_for_name(const std::string& name) const {
+  const auto& entries = policy_->egress;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (denied_[i] && manifest::host_matches(entries[i].host, name)) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> EgressPlan::fake_address_for(const std::string& name) {
+  if (auto it = name_to_fake_.find(name); it != name_to_fake_.end()) return it->second;
+  uint32_t addr = 0;
+  if (policy_->egress_any) {
+    // Offsets not used by exact names (those are fixed in 198.18.0.x upwards) nor
+    // wildcard blocks: under "*" there are neither, every name draws from the range.
+    if (any_next_ >= kFakeRangeSize - 1) return std::nullopt;
+    addr = kFakeRangeBase + any_next_++;
+    if ((addr & 0xff) == 0) addr = kFakeRangeBase + any_next_++;  // skip x.y.z.0
+  } else {
+    for (const auto& [i, block] : wildcard_blocks_) {
+      if (!manifest::host_matches(policy_->egress[i].host, name)) continue;
+      uint32_t& next = block_next_[block];
+      if (next > 254) return std::nullopt;
+      addr = block + next++;
+      break;
+    }
+    if (addr == 0) return std::nullopt;
+  }
+  name_to_fake_[name] = addr;
+  fake_to_name_[addr] = name;
+  return addr;
+}
+
+std::optional<std::string> EgressPlan::name_for_fake(uint32_t addr) const {
+  auto it = fake_to_name_.find(addr);
+  if (it == fake_to_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+EgressDecision EgressPlan::decide_name(const std::string& name, uint16_t port, bool udp) const {
+  EgressDecision d;
+  d.closest = "no match";
+  if (policy_->egress_any) {
+    d.any = !udp;
+    if (!udp && !network_->denies(name)) return d;
+    d.any = false;
+    d.closest = "capabilities.egress";
+    return d;
+  }
+  const auto& entries = policy_->egress;
+  for (size_t i : entries_for_name(name)) {
+    const bool entry_udp = entries[i].protocol == Protocol::udp;
+    if (entries[i].port == port && entry_udp == udp) {
+      d.entries.push_back(i);
+    } else if (d.closest == "no match") {
+      d.closest = entries[i].key_path;  // the host matched: port or protocol differs
+    }
+  }
+  if (!d.entries.empty()) d.closest = entries[d.entries.front()].key_path;
+  return d;
+}
+
+EgressDecision EgressPlan::decide_literal(const policy::IpAddress& addr, uint16_t port, bool udp) const {
+  EgressDecision d;
+  d.closest = "no match";
+  if (policy_->egress_any) {
+    d.any = !udp && !network_->denies(policy::to_string(addr));
+    if (!d.any) d.closest = "capabilities.egress";
+    return d;
+  }
+  const auto& entries = policy_->egress;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto ip = policy::parse_ip(entries[i].host);
+    if (denied_[i] || !ip || *ip != addr) continue;
+    const bool entry_udp = entries[i].protocol == Protocol::udp;
+    if (entries[i].port == port && entry_udp == udp) {
+      d.entries.push_back(i);
+    } else if (d.closest == "no match") {
+      d.closest = entries[i].key_path;
+    }
+  }
+  if (!d.entries.empty()) d.closest = entries[d.entries.front()].key_path;
+  return d;
+}
+
+}  // namespace soyaos::supervisor

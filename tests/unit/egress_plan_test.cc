@@ -1,0 +1,175 @@
+// The egress plan: which (address, port) pairs the netns redirects, and the decisions the
+// DNS stub, the gateway and the NFLOG reader take (src/supervisor/egress_plan.h).
+#include "supervisor/egress_plan.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+namespace soyaos::supervisor {
+namespace {
+
+using manifest::Protocol;
+
+manifest::EgressEntry entry(const std::string& host, uint16_t port, Protocol protocol, int index) {
+  manifest::EgressEntry e;
+  e.host = host;
+  e.port = port;
+  e.protocol = protocol;
+  e.key_path = "capabilities.egress[" + std::to_string(index) + "]";
+  return e;
+}
+
+policy::Policy with_entries(std::vector<manifest::EgressEntry> entries) {
+  policy::Policy p;
+  p.egress = std::move(entries);
+  p.egress_requested = !p.egress.empty();
+  return p;
+}
+
+std::string dotted(uint32_t host_order) {
+  in_addr a{htonl(host_order)};
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a, buf, sizeof buf);
+  return buf;
+}
+
+TEST(EgressPlan, ExactNamesGetFixedFakeAddressesRedirectedOnTheirPorts) {
+  auto p = with_entries({entry("api.example.com", 443, Protocol::https, 0),
+                         entry("api.example.com", 80, Protocol::http, 1),
+                         entry("db.example.com", 5432, Protocol::tcp, 2)});
+  policy::OperatorNetwork net;
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan) << plan.error().describe();
+  auto api = plan->fake_address_for("api.example.com");
+  auto db = plan->fake_address_for("db.example.com");
+  ASSERT_TRUE(api && db);
+  EXPECT_NE(*api, *db);
+  EXPECT_TRUE(EgressPlan::is_fake(*api));
+  EXPECT_EQ(plan->name_for_fake(*api), "api.example.com");
+  const std::string rules = comet::nft_ruleset(plan->network_plan());
+  EXPECT_NE(rules.find("ip daddr " + dotted(*api) + " tcp dport 443 redirect to :15001"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("ip daddr " + dotted(*api) + " tcp dport 80 redirect"), std::string::npos);
+  EXPECT_NE(rules.find("ip daddr " + dotted(*db) + " tcp dport 5432 redirect"), std::string::npos);
+  EXPECT_EQ(rules.find("ip daddr " + dotted(*db) + " tcp dport 443"), std::string::npos);
+  // Undeclared names get nothing.
+  EXPECT_FALSE(plan->fake_address_for("example.com"));
+  EXPECT_TRUE(plan->entries_for_name("evil.com").empty());
+}
+
+TEST(EgressPlan, DecisionsNeedHostPortAndTransport) {
+  auto p = with_entries({entry("api.example.com", 443, Protocol::https, 0),
+                         entry("dns.example.com", 53, Protocol::udp, 1)});
+  policy::OperatorNetwork net;
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan);
+  auto ok = plan->decide_name("api.example.com", 443, false);
+  ASSERT_EQ(ok.entries.size(), 1u);
+  EXPECT_EQ(ok.closest, "capabilities.egress[0]");
+  auto wrong_port = plan->decide_name("api.example.com", 80, false);
+  EXPECT_TRUE(wrong_port.entries.empty());
+  EXPECT_EQ(wrong_port.closest, "capabilities.egress[0]");  // the host matched: closest entry
+  auto udp_on_tcp = plan->decide_name("dns.example.com", 53, false);
+  EXPECT_TRUE(udp_on_tcp.entries.empty());
+  EXPECT_EQ(plan->decide_name("dns.example.com", 53, true).entries.size(), 1u);
+  EXPECT_EQ(plan->decide_name("other.com", 443, false).closest, "no match");
+  ASSERT_EQ(plan->network_plan().allow_udp.size(), 1u);
+  ASSERT_EQ(plan->udp_entries().size(), 1u);
+  EXPECT_EQ(plan->udp_entries()[0], 1u);
+}
+
+TEST(EgressPlan, WildcardsGetABlockAndMatchOnlyStrictlyBelow) {
+  auto p = with_entries({entry("*.example.com", 443, Protocol::https, 0)});
+  policy::OperatorNetwork net;
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan);
+  EXPECT_TRUE(plan->entries_for_name("example.com").empty());  // the apex is not below
+  ASSERT_EQ(plan->entries_for_name("a.example.com").size(), 1u);
+  auto a = plan->fake_address_for("a.example.com");
+  auto b = plan->fake_address_for("b.c.example.com");
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(*a & 0xffffff00u, *b & 0xffffff00u);  // the same /24 block
+  EXPECT_EQ(plan->fake_address_for("a.example.com"), a);  // stable
+  const std::string rules = comet::nft_ruleset(plan->network_plan());
+  EXPECT_NE(rules.find("ip daddr " + dotted(*a & 0xffffff00u) + "/24 tcp dport 443 redirect"), std::string::npos)
+      << rules;
+  // A block holds 254 names; then the stub answers SERVFAIL rather than reuse one.
+  for (int i = 0; i < 252; ++i) ASSERT_TRUE(plan->fake_address_for("n" + std::to_string(i) + ".example.com"));
+  EXPECT_FALSE(plan->fake_address_for("one-too-many.example.com"));
+}
+
+TEST(EgressPlan, UdpOnAWildcardIsRefusedBeforeTheRun) {
+  auto p = with_entries({entry("*.example.com", 53, Protocol::udp, 0)});
+  policy::OperatorNetwork net;
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_FALSE(plan);
+  EXPECT_NE(plan.error().message.find("capabilities.egress[0]"), std::string::npos);
+}
+
+TEST(EgressPlan, LiteralsAreRedirectedAsTheyAre) {
+  auto p = with_entries({entry("192.0.2.7", 8443, Protocol::https, 0), entry("2001:db8::7", 443, Protocol::tcp, 1)});
+  policy::OperatorNetwork net;
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan);
+  const std::string rules = comet::nft_ruleset(plan->network_plan());
+  EXPECT_NE(rules.find("ip daddr 192.0.2.7 tcp dport 8443 redirect"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("ip6 daddr 2001:db8::7 tcp dport 443 redirect"), std::string::npos);
+  auto addr = policy::parse_ip("192.0.2.7");
+  ASSERT_TRUE(addr);
+  EXPECT_EQ(plan->decide_literal(*addr, 8443, false).entries.size(), 1u);
+  EXPECT_TRUE(plan->decide_literal(*addr, 443, false).entries.empty());
+  EXPECT_TRUE(plan->entries_for_name("192.0.2.7").empty());  // literals are not names for DNS
+}
+
+TEST(EgressPlan, OperatorDenyRemovesEntries) {
+  auto p = with_entries({entry("api.example.com", 443, Protocol::https, 0), entry("ok.example.com", 443, Protocol::https, 1)});
+  policy::OperatorNetwork net;
+  net.egress_deny = {"api.example.com"};
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan);
+  EXPECT_TRUE(plan->entries_for_name("api.example.com").empty());
+  EXPECT_EQ(plan->denied_entry_for_name("api.example.com"), 0u);
+  EXPECT_FALSE(plan->fake_address_for("api.example.com"));
+  EXPECT_TRUE(plan->fake_address_for("ok.example.com"));
+  EXPECT_EQ(plan->network_plan().redirect_tcp.size(), 1u);
+}
+
+TEST(EgressPlan, AnyRedirectsAllTcpAndHandsOutAddressesPerName) {
+  policy::Policy p;
+  p.egress_any = true;
+  p.egress_requested = true;
+  policy::OperatorNetwork net;
+  net.egress_deny = {"*.blocked.test"};
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan);
+  const std::string rules = comet::nft_ruleset(plan->network_plan());
+  EXPECT_NE(rules.find("ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :15001"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("ip6 daddr != ::1 meta l4proto tcp redirect to :15001"), std::string::npos);
+  EXPECT_NE(rules.find("ct status dnat ip6 daddr ::1 tcp dport 15001 accept"), std::string::npos);
+  auto a = plan->fake_address_for("anything.test");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(plan->name_for_fake(*a), "anything.test");
+  EXPECT_TRUE(plan->decide_name("anything.test", 12345, false).any);
+  EXPECT_FALSE(plan->decide_name("x.blocked.test", 443, false).any);
+  EXPECT_FALSE(plan->decide_name("anything.test", 53, true).any);  // "*" relays TCP only
+}
+
+TEST(EgressPlan, MoonProxyGetsItsListenerAndNoRedirect) {
+  auto p = with_entries({entry("moon", 3128, Protocol::moon_proxy, 0)});
+  p.moon_proxy = true;
+  policy::OperatorNetwork net;
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->network_plan().proxy_port, 3128);
+  EXPECT_TRUE(plan->network_plan().redirect_tcp.empty());
+  const std::string rules = comet::nft_ruleset(plan->network_plan());
+  EXPECT_NE(rules.find("ip daddr 127.0.0.1 tcp dport 3128 accept"), std::string::npos) << rules;
+}
+
+TEST(EgressPlan, EgressTargetBracketsIpv6) {
+  EXPECT_EQ(egress_target("api.example.com", 443, "https"), "api.example.com:443/https");
+  EXPECT_EQ(egress_target("2001:db8::1", 53, "udp"), "[2001:db8::1]:53/udp");
+}
+
+}  // namespace
+}  // namespace soyaos::supervisor
