@@ -1,0 +1,64 @@
+// The Moon's configuration (SPEC.md C6a): $SOYAOS_HOME/moon.yaml, or the file named by
+// SOYAOS_MOON_CONFIG. Optional; it holds the operator's network policy for every run on
+// this machine and the Moon proxy's allowlist. docs/moon.md "Configuration (moon.yaml)"
+// is the reference.
+//
+//   dns:
+//     hosts:                         # name -> address, or a list of addresses
+//       echo.test: 127.0.0.1
+//     upstream: system               # or "192.0.2.53", "192.0.2.53:5353", "[2001:db8::53]:53"
+//   egress:
+//     deny: [evil.example.com, "*.bad.example", 203.0.113.7]
+//     allow_private: [10.0.0.0/8, "fd00::/8"]
+//   proxy:
+//     allow:
+//       - {host: api.example.com, port: 443, protocol: https}
+//
+// Parsed with the manifest stage's bounded YAML tree (same limits: no anchors, aliases or
+// tags, bounded depth and node count, 4 MiB) and the same strictness: unknown and
+// duplicate keys are errors, and every error is reported in one pass as
+// `FILE:LINE:COL: error: KEYPATH: message` (manifest::Diagnostic::format()).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "manifest/manifest.h"
+#include "policy/operator_network.h"
+
+namespace soyaos::moon {
+
+// Upper bound on moon.yaml's size; larger files are refused before parsing.
+inline constexpr std::size_t kMaxMoonConfigBytes = std::size_t{4} << 20;  // 4 MiB
+
+struct MoonConfig {
+  std::filesystem::path path;  // the file read; empty when none exists (defaults)
+  policy::OperatorNetwork network;
+  // proxy.allow: key_path "proxy.allow[i]", the same triple rules as a manifest egress
+  // entry (M2), protocol https | http | tcp only.
+  std::vector<manifest::EgressEntry> proxy_allow;
+};
+
+struct MoonConfigLoad {
+  std::optional<MoonConfig> config;  // set only when there are no errors
+  std::vector<manifest::Diagnostic> errors;
+};
+
+// SOYAOS_MOON_CONFIG if set and non-empty (the file must exist: an error if not), else
+// HOME/moon.yaml if it exists, else the defaults (config set, path empty).
+//
+// Symlinks are followed: the file is the operator's own (in their home, or a path they
+// named), so a link there gives nobody a power they did not have — whoever can plant a
+// link in $SOYAOS_HOME can write moon.yaml itself — and a config symlinked from a
+// dotfiles checkout is common. What the path leads to must be a regular file: it is
+// opened O_NONBLOCK (a FIFO cannot hang the run) and fstat()ed before anything is read.
+MoonConfigLoad load_moon_config(const std::filesystem::path& home);
+
+// Parses moon.yaml text; `file` names it in diagnostics. No I/O; never throws; an empty
+// document (or one holding only comments) is the defaults.
+MoonConfigLoad parse_moon_config(std::string_view text, const std::string& file);
+
+}  // namespace soyaos::moon
