@@ -133,19 +133,23 @@ class EgressTest : public ::testing::Test {
   void set_egress_star() { dir_.write("pack/soyapack.yaml", manifest(" \"*\"", "unrestricted")); }
 
   static std::string moon_yaml(const std::map<std::string, std::string>& hosts,
-                               const std::vector<std::string>& deny) {
+                               const std::vector<std::string>& deny,
+                               const std::vector<std::string>& allow_private = {}) {
     std::string y = "dns:\n  hosts:";
     if (hosts.empty()) y += " {}";
     for (const auto& [name, addr] : hosts) y += "\n    " + name + ": " + addr;
     y += "\negress:\n  deny: [";
     for (size_t i = 0; i < deny.size(); ++i) y += (i > 0 ? ", " : "") + deny[i];
-    y += "]\n  allow_private: []\n";
+    y += "]\n  allow_private: [";
+    for (size_t i = 0; i < allow_private.size(); ++i) y += (i > 0 ? ", " : "") + allow_private[i];
+    y += "]\n";
     return y;
   }
 
   // The operator's Moon configuration: $SOYAOS_HOME/moon.yaml.
-  void set_moon(const std::map<std::string, std::string>& hosts, const std::vector<std::string>& deny = {}) {
-    dir_.write("home/moon.yaml", moon_yaml(hosts, deny));
+  void set_moon(const std::map<std::string, std::string>& hosts, const std::vector<std::string>& deny = {},
+                const std::vector<std::string>& allow_private = {}) {
+    dir_.write("home/moon.yaml", moon_yaml(hosts, deny, allow_private));
   }
 
   ProbeRun probe(const std::vector<std::string>& action, const std::map<std::string, std::string>& extra_env = {}) {
@@ -403,8 +407,9 @@ TEST_F(EgressTest, UndeclaredIpLiteralsAreRefused) {
   const std::string s = std::to_string(sentinel.port());
   const std::string e = std::to_string(echo.port());
   auto run = probe({"netsteps", "tcp_echo " + leak_ip_ + " " + s + " x", "tcp_echo 127.0.0.1 " + e + " x",
-                    "tcp_echo 198.18.255.254 " + e + " x", "tls 1.1.1.1 853", "tcp_echo 10.254.254.1 " + s + " x"});
-  ASSERT_EQ(run.results.size(), 5u) << run.context();
+                    "tcp_echo 198.18.255.254 " + e + " x", "tls 1.1.1.1 853", "tcp_echo 10.254.254.1 " + s + " x",
+                    "http_get 169.254.169.254 80", "tls 8.8.8.8 443 dns.google"});
+  ASSERT_EQ(run.results.size(), 7u) << run.context();
   for (const auto& r : run.results) EXPECT_EQ(r, "errno=ECONNREFUSED") << run.context();
   expect_network_violation(run, leak_ip_ + ":" + s + "/tcp", "ECONNREFUSED", "connect");
   // The declared port on the literal address the name maps to: still not declared.
@@ -415,6 +420,9 @@ TEST_F(EgressTest, UndeclaredIpLiteralsAreRefused) {
   expect_network_violation(run, "1.1.1.1:853/tcp", "ECONNREFUSED", "connect");
   // The sandbox's own interface address.
   expect_network_violation(run, "10.254.254.1:" + s + "/tcp", "ECONNREFUSED", "connect");
+  // The cloud metadata address; DNS over HTTPS to a literal.
+  expect_network_violation(run, "169.254.169.254:80/tcp", "ECONNREFUSED", "connect");
+  expect_network_violation(run, "8.8.8.8:443/tcp", "ECONNREFUSED", "connect");
   expect_untouched(sentinel);
   expect_untouched(echo);
 }
@@ -622,6 +630,21 @@ TEST_F(EgressTest, RebindingToLoopbackIsRefused) {
   EXPECT_EQ(v["surface"], "network");
   EXPECT_EQ(v["manifest_entry"], "capabilities.egress[0]") << v.dump();
   expect_untouched(echo);
+}
+
+TEST_F(EgressTest, AllowPrivateLetsTheOperatorAcceptALoopbackAnswer) {
+  // The same pack as above, but the operator allows 127.0.0.0/8 (egress.allow_private):
+  // the upstream answer for `localhost` now goes through.
+  TcpEchoServer echo;
+  set_moon({}, {}, {"127.0.0.0/8"});
+  set_egress({{"localhost", echo.port(), "tcp"}});
+  auto run = probe({"connect_via_dns", "localhost", std::to_string(echo.port()), "private-ok"});
+  ASSERT_EQ(run.result.rfind("ok ", 0), 0u) << run.context();
+  EXPECT_TRUE(is_fake_address(run.result.substr(3, run.result.find(' ', 3) - 3))) << run.result;
+  EXPECT_TRUE(ends_with(run.result, " private-ok")) << run.result;
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  EXPECT_EQ(echo.accepted(), 1) << echo.describe();
 }
 
 TEST_F(EgressTest, EgressDenyBeatsThePack) {
