@@ -43,10 +43,12 @@ std::string egress_target(const std::string& host, uint16_t port, const std::str
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + protocol;
 }
 
-Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy::OperatorNetwork& network) {
+Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy::OperatorNetwork& network,
+                                     std::vector<manifest::EgressEntry> proxy_allow) {
   EgressPlan p;
   p.policy_ = &policy;
   p.network_ = &network;
+  p.proxy_allow_ = std::move(proxy_allow);
   p.plan_.catch_all_tcp = policy.egress_any;
   if (policy.moon_proxy) p.plan_.proxy_port = policy::kMoonProxyPort;
   const auto& entries = policy.egress;

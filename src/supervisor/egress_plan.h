@@ -44,12 +44,15 @@ class EgressPlan {
  public:
   // Fails (the run must not start, C1) for what this Comet cannot enforce exactly: a `udp`
   // entry on a wildcard host, more wildcard entries or names than the fake range holds.
-  static Result<EgressPlan> build(const policy::Policy& policy, const policy::OperatorNetwork& network);
+  // `proxy_allow` is the operator's allowlist for the Moon proxy (moon.yaml proxy.allow, C7).
+  static Result<EgressPlan> build(const policy::Policy& policy, const policy::OperatorNetwork& network,
+                                  std::vector<manifest::EgressEntry> proxy_allow = {});
 
   [[nodiscard]] const comet::NetworkPlan& network_plan() const { return plan_; }
   [[nodiscard]] const policy::Policy& policy() const { return *policy_; }
   [[nodiscard]] const policy::OperatorNetwork& operator_network() const { return *network_; }
   [[nodiscard]] bool any() const { return policy_->egress_any; }
+  [[nodiscard]] const std::vector<manifest::EgressEntry>& proxy_allow() const { return proxy_allow_; }
 
   // --- DNS stub ---
   // The entries (not denied by the operator) whose host pattern covers `name`.
@@ -83,6 +86,7 @@ class EgressPlan {
   std::map<uint32_t, uint32_t> block_next_;          // block base -> next host number
   uint32_t any_next_ = 1;                            // "*": next offset in the range
   std::vector<size_t> udp_entries_;
+  std::vector<manifest::EgressEntry> proxy_allow_;
 };
 
 // "NAME:PORT/PROTOCOL" as events show an egress target; IPv6 literals in brackets.

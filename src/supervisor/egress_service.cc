@@ -166,6 +166,13 @@ struct EgressService::Impl {
     int64_t deadline = 0, last_activity = 0, started = 0;
     bool opened = false;
     bool closed = false;  // closed during this epoll batch; freed after it
+    // The Moon proxy (C7): phase 1 waits for the request head, phase 2 (after CONNECT to an
+    // https entry) for the tunnel's ClientHello. entry_key names the proxy.allow entry.
+    bool proxy = false;
+    int proxy_phase = 0;
+    bool proxy_connect = false;
+    bool proxy_tls = false;
+    std::string entry_key;
     uint32_t ev_agent = 0, ev_up = 0;
     Watch w_agent{Kind::conn_agent, nullptr}, w_up{Kind::conn_upstream, nullptr};
   };
@@ -225,11 +232,15 @@ struct EgressService::Impl {
       : plan(p), fds(std::move(f)), cb(std::move(c)), limits(l) {}
 
   Json base(const Conn& c) const {
-    return Json{{"connection", c.id},
-                {"entry", c.entry ? plan.entry(*c.entry).key_path : std::string("capabilities.egress")},
-                {"host", c.host},
-                {"port", c.port},
-                {"protocol", c.protocol}};
+    Json d{{"connection", c.id},
+           {"entry", !c.entry_key.empty() ? c.entry_key
+                     : c.entry            ? plan.entry(*c.entry).key_path
+                                          : std::string("capabilities.egress")},
+           {"host", c.host},
+           {"port", c.port},
+           {"protocol", c.protocol}};
+    if (c.proxy) d["via"] = "moon-proxy";
+    return d;
   }
 
   void violation(const std::string& resource, const std::string& syscall, const std::string& err,
@@ -643,6 +654,14 @@ struct EgressService::Impl {
     }
     if (n < 0) return;
     c->head.append(buf, static_cast<size_t>(n));
+    if (c->proxy) {
+      if (c->proxy_phase == 1) {
+        proxy_request(c);
+      } else {
+        proxy_tunnel_hello(c);
+      }
+      return;
+    }
     const auto bytes = std::span(reinterpret_cast<const uint8_t*>(c->head.data()), c->head.size());
     auto has = [&](Protocol p) {
       return std::any_of(c->decision.entries.begin(), c->decision.entries.end(),
@@ -831,7 +850,6 @@ struct EgressService::Impl {
       h->pipe_w.reset(p[1]);
       (void)::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(limits.pipe_bytes));
     }
-    c->state = State::relaying;
     c->opened = true;
     c->last_activity = now_ms();
     if (cb.event) {
@@ -840,6 +858,212 @@ struct EgressService::Impl {
       if (!c->sni.empty()) d["sni"] = c->sni;
       cb.event("egress_opened", d);
     }
+    if (c->proxy && c->proxy_connect) {
+      static constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+      if (::send(c->agent.get(), kEstablished, sizeof kEstablished - 1, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(sizeof kEstablished - 1)) {
+        close_conn(c, "reset", true);
+        return;
+      }
+      if (c->proxy_tls) {
+        // The tunnel of an https entry must carry TLS for that very host, as at the gateway.
+        c->proxy_phase = 2;
+        c->state = State::head;
+        c->deadline = now_ms() + limits.head_timeout_ms;
+        if (!c->head.empty()) {
+          proxy_tunnel_hello(c);
+        } else {
+          update_interest(c);
+        }
+        return;
+      }
+    }
+    c->state = State::relaying;
+    pump(c);
+  }
+
+  // ---- the Moon proxy (C7): CONNECT and plain HTTP, allowed by proxy.allow only ----
+  std::string proxy_entry_key() const {
+    for (const auto& e : plan.policy().egress) {
+      if (e.protocol == Protocol::moon_proxy) return e.key_path;
+    }
+    return "capabilities.egress";
+  }
+
+  void proxy_reply(Conn* c, const char* status, const std::string& body) {
+    const std::string reply = std::string("HTTP/1.1 ") + status +
+                              "\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)::send(c->agent.get(), reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    close_conn(c, status, false);
+  }
+
+  void proxy_refuse(Conn* c, const std::string& target, const std::string& detail) {
+    violation(target, "connect", "EACCES", c->entry_key, "Moon proxy: " + detail);
+    proxy_reply(c, "403 Forbidden", "soyaos moon proxy: " + detail + "\n");
+  }
+
+  // "host:port" or "[v6]:port" -> (host, port); false when malformed.
+  static bool split_authority(std::string_view a, std::string* host, uint16_t* port) {
+    size_t colon;
+    if (!a.empty() && a.front() == '[') {
+      const size_t close = a.find(']');
+      if (close == std::string_view::npos) return false;
+      *host = std::string(a.substr(1, close - 1));
+      colon = close + 1;
+      if (colon < a.size() && a[colon] != ':') return false;
+    } else {
+      colon = a.rfind(':');
+      *host = std::string(a.substr(0, colon));
+    }
+    if (colon >= a.size()) return false;
+    const std::string_view digits = a.substr(colon + 1);
+    if (digits.empty() || digits.size() > 5) return false;
+    uint32_t value = 0;
+    for (char ch : digits) {
+      if (ch < '0' || ch > '9') return false;
+      value = value * 10 + static_cast<uint32_t>(ch - '0');
+    }
+    if (value == 0 || value > 65535) return false;
+    *port = static_cast<uint16_t>(value);
+    for (auto& ch : *host) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return !host->empty();
+  }
+
+  void proxy_request(Conn* c) {
+    const auto bytes = std::span(reinterpret_cast<const uint8_t*>(c->head.data()), c->head.size());
+    auto parsed = network::parse_http_head(bytes);
+    if (parsed.status == network::ParseStatus::need_more && c->head.size() < network::kHttpMaxHead) return;
+    if (parsed.status != network::ParseStatus::complete) {
+      proxy_reply(c, "400 Bad Request", "soyaos moon proxy: " + parsed.reason + "\n");
+      return;
+    }
+    const auto& h = parsed.head;
+    std::string host, path;
+    uint16_t port = 0;
+    if (h.target_form == network::TargetForm::authority) {
+      if (!split_authority(h.target, &host, &port)) {
+        proxy_reply(c, "400 Bad Request", "soyaos moon proxy: CONNECT needs HOST:PORT\n");
+        return;
+      }
+      c->proxy_connect = true;
+    } else if (h.target_form == network::TargetForm::absolute) {
+      // http://host[:port]/path — https:// in absolute form would need the proxy to speak
+      // TLS for the agent; clients use CONNECT for https.
+      constexpr std::string_view kScheme = "http://";
+      std::string_view t = h.target;
+      if (t.size() <= kScheme.size() ||
+          !std::equal(kScheme.begin(), kScheme.end(), t.begin(),
+                      [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+        proxy_reply(c, "400 Bad Request", "soyaos moon proxy: only http:// in absolute form (use CONNECT for https)\n");
+        return;
+      }
+      t.remove_prefix(kScheme.size());
+      const size_t slash = t.find_first_of("/?");
+      std::string_view authority = t.substr(0, slash);
+      path = slash == std::string_view::npos ? "/" : std::string(t.substr(slash));
+      if (path.front() == '?') path = "/" + path;
+      if (authority.find(':') == std::string_view::npos || (authority.front() == '[' && authority.back() == ']')) {
+        std::string a = std::string(authority) + ":80";
+        if (!split_authority(a, &host, &port)) {
+          proxy_reply(c, "400 Bad Request", "soyaos moon proxy: bad request target\n");
+          return;
+        }
+      } else if (!split_authority(authority, &host, &port)) {
+        proxy_reply(c, "400 Bad Request", "soyaos moon proxy: bad request target\n");
+        return;
+      }
+    } else {
+      proxy_reply(c, "400 Bad Request", "soyaos moon proxy: not a proxy request (absolute URI or CONNECT)\n");
+      return;
+    }
+    c->host = host;
+    c->port = port;
+    if (auto ip = policy::parse_ip(host)) {
+      c->literal = true;
+      c->literal_addr = *ip;
+      c->host = policy::to_string(*ip);
+    }
+    // proxy.allow: host + port + protocol (CONNECT: https or tcp entries; plain: http).
+    const auto& allow = plan.proxy_allow();
+    std::optional<size_t> match;
+    bool host_seen = false;
+    for (size_t i = 0; i < allow.size(); ++i) {
+      const auto& e = allow[i];
+      const bool host_ok = c->literal ? policy::parse_ip(e.host) == c->literal_addr
+                                      : manifest::host_matches(e.host, c->host);
+      if (!host_ok) continue;
+      host_seen = true;
+      const bool proto_ok = c->proxy_connect ? (e.protocol == Protocol::https || e.protocol == Protocol::tcp)
+                                             : e.protocol == Protocol::http;
+      if (e.port == port && proto_ok) {
+        match = i;
+        break;
+      }
+    }
+    const std::string proto = c->proxy_connect ? (match && allow[*match].protocol == Protocol::tcp ? "tcp" : "https")
+                                               : "http";
+    const std::string target = egress_target(c->host, port, proto);
+    if (plan.operator_network().denies(c->host)) {
+      proxy_refuse(c, target, "denied by the operator (egress.deny)");
+      return;
+    }
+    if (!match) {
+      proxy_refuse(c, target, host_seen ? "proxy.allow lists this host with another port or protocol"
+                                        : "not in the operator's proxy.allow");
+      return;
+    }
+    c->entry_key = allow[*match].key_path;
+    c->protocol = proto;
+    c->proxy_tls = proto == "https";
+    const std::string rest = c->head.substr(h.head_size);
+    if (c->proxy_connect) {
+      c->head = rest;  // bytes the client sent after CONNECT belong to the tunnel
+    } else {
+      // Forwarded in origin form, one request per connection (Connection: close), so a
+      // kept-alive proxy connection can never carry a request for another host.
+      std::string out = h.method + " " + path + " HTTP/1." + std::to_string(h.minor_version) + "\r\n";
+      for (const auto& [name, value] : h.fields) {
+        std::string lower = name;
+        for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (lower == "connection" || lower == "proxy-connection" || lower == "keep-alive" ||
+            lower.rfind("proxy-", 0) == 0) {
+          continue;
+        }
+        out += name + ": " + value + "\r\n";
+      }
+      out += "Connection: close\r\n\r\n";
+      c->head = out + rest;
+    }
+    c->head_sent = 0;
+    resolve(c);
+  }
+
+  void proxy_tunnel_hello(Conn* c) {
+    const auto bytes = std::span(reinterpret_cast<const uint8_t*>(c->head.data()), c->head.size());
+    auto hello = network::parse_client_hello(bytes);
+    if (hello.status == network::ParseStatus::need_more && c->head.size() < network::kHttpMaxHead) {
+      update_interest(c);
+      return;
+    }
+    const std::string target = egress_target(c->host, c->port, "https");
+    std::string why;
+    if (hello.status != network::ParseStatus::complete) {
+      why = "the tunnel does not start with a TLS ClientHello";
+    } else if (hello.hello.ech) {
+      why = "encrypted ClientHello (ECH)";
+    } else if (!c->literal && hello.hello.server_name != c->host) {
+      why = hello.hello.server_name ? "SNI `" + *hello.hello.server_name + "` does not match `" + c->host + "`"
+                                    : "no SNI in the tunnel's ClientHello";
+    }
+    if (!why.empty()) {
+      violation(target, "connect", "ECONNRESET", c->entry_key, "Moon proxy: " + why);
+      close_conn(c, "refused", true);
+      return;
+    }
+    c->sni = hello.hello.server_name.value_or("");
+    c->head_sent = 0;
+    c->state = State::relaying;
     pump(c);
   }
 
@@ -1124,11 +1348,25 @@ struct EgressService::Impl {
     for (;;) {
       UniqueFd fd(::accept4(fds.proxy_tcp.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!fd) return;
-      if (cb.proxy) {
-        cb.proxy(std::move(fd));
-      } else {
+      if (conns.size() >= limits.max_connections) {
         reset_close(fd);
+        continue;
       }
+      auto c = std::make_unique<Conn>();
+      c->id = next_id++;
+      c->agent = std::move(fd);
+      c->started = c->last_activity = now_ms();
+      c->w_agent.obj = c->w_up.obj = c.get();
+      c->ev_agent = c->ev_up = UINT32_MAX;
+      c->proxy = true;
+      c->proxy_phase = 1;
+      c->entry_key = proxy_entry_key();
+      c->state = State::head;
+      c->deadline = now_ms() + limits.head_timeout_ms;
+      Conn* conn = c.get();
+      conns[c->id] = std::move(c);
+      n_conns.fetch_add(1, std::memory_order_relaxed);
+      update_interest(conn);
     }
   }
 

@@ -39,9 +39,6 @@ struct EgressLimits {
 struct EgressCallbacks {
   std::function<void(const Violation&)> violation;                              // thread-safe
   std::function<void(const std::string& type, nlohmann::ordered_json data)> event;  // thread-safe
-  // Serves one connection accepted on the Moon proxy listener (C7); called on the loop
-  // thread, must not block (hand the fd to another thread). Unset: connections are refused.
-  std::function<void(UniqueFd client)> proxy;
 };
 
 class EgressService {

@@ -104,7 +104,7 @@ RunReport run_pack(const RunRequest& request) {
   }
   // Every run gets the network layer, also with `egress: []`: then every attempt is
   // refused by the netns and reported, instead of failing unseen with ENETUNREACH.
-  auto egress = EgressPlan::build(*policy, request.network);
+  auto egress = EgressPlan::build(*policy, request.network, request.proxy_allow);
   if (!egress) {
     report.error = egress.error().describe();
     return report;
@@ -191,7 +191,6 @@ RunReport run_pack(const RunRequest& request) {
   EgressCallbacks egress_callbacks;
   egress_callbacks.violation = on_violation;
   egress_callbacks.event = emit;
-  egress_callbacks.proxy = request.proxy;
   EgressService network(*egress, std::move(launched->network), egress_callbacks);
   if (auto s = network.start(); !s) {
     report.error = "network: egress gateway: " + s.error().describe();

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/unique_fd.h"
+#include "manifest/manifest.h"
 #include "policy/operator_network.h"
 #include "policy/policy.h"
 #include "scope/events.h"
@@ -52,9 +52,8 @@ struct RunRequest {
   // The operator's network policy from the Moon's configuration (moon.yaml, C6a); the
   // defaults when there is none.
   policy::OperatorNetwork network;
-  // Serves a connection to the Moon proxy (C7) when the pack declares moon-proxy; unset,
-  // such connections are reset.
-  std::function<void(UniqueFd)> proxy;
+  // The Moon proxy's allowlist (moon.yaml proxy.allow, C7): host + port + protocol.
+  std::vector<manifest::EgressEntry> proxy_allow;
 };
 
 struct RunReport {
