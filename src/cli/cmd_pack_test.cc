@@ -21,6 +21,7 @@
 #include "cli/run_moon.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
+#include "policy/operator_network.h"
 #include "supervisor/run.h"
 
 namespace soyaos::cli {
@@ -143,7 +144,8 @@ std::string violation_text(const supervisor::Violation& v) {
 }
 
 ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
-                          const supervisor::RunHooks& hooks, std::vector<bool>& read_hit,
+                          const supervisor::RunHooks& hooks, const policy::OperatorNetwork& network,
+                          std::vector<bool>& read_hit,
                           std::vector<bool>& write_hit) {
   ExampleResult r;
   r.name = ex.name;
@@ -161,6 +163,7 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
   req.options.out = tmp.out();
   req.capture_output = true;
   req.hooks = hooks;
+  req.network = network;
 
   auto start = std::chrono::steady_clock::now();
   auto report = supervisor::run_pack(req);
@@ -216,6 +219,9 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
     std::fprintf(stderr, "soyaos pack test: moon: %s\n", home.error().describe().c_str());
     return supervisor::kExitSetup;
   }
+  // The operator's network policy (moon.yaml, C6a) applies to every example's Comet.
+  policy::OperatorNetwork network;
+  if (!load_operator_network(*home, network)) return supervisor::kExitSetup;
   fs::path pack_dir;
   std::error_code ec;
   if (fs::is_directory(a.pack, ec)) {
@@ -256,7 +262,7 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   int passed = 0, failed = 0;
   bool not_started = false;
   for (const auto& ex : m.examples) {
-    auto r = run_example(m, ex, pack_dir, *hooks, read_hit, write_hit);
+    auto r = run_example(m, ex, pack_dir, *hooks, network, read_hit, write_hit);
     (r.passed ? passed : failed)++;
     not_started = not_started || r.not_started;
     if (text) {

@@ -57,6 +57,11 @@ void run(const RunArgs& a, CliContext& ctx) {
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }
+  // The operator's network policy (moon.yaml, C6a); an invalid file stops the run.
+  if (!load_operator_network(*home, req.network)) {
+    ctx.exit_code = supervisor::kExitSetup;
+    return;
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(a.pack, ec)) {
     req.pack_dir = a.pack;

@@ -4,6 +4,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
+namespace soyaos::policy {
+struct OperatorNetwork;
+}  // namespace soyaos::policy
+
 namespace soyaos::cli {
 
 struct CliContext {
@@ -22,5 +28,12 @@ void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.
 void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
 void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
+void register_moon_commands(CLI::App& app, CliContext& ctx);   // cmd_moon.cc: the `moon` group (check)
+
+// For commands that run packs (cmd_moon.cc): loads the Moon configuration (moon.yaml,
+// SPEC.md C6a) of `home` into `network`. On errors prints each diagnostic and
+// "soyaos: moon configuration invalid: FILE" on stderr and returns false: the caller
+// exits 125 (a run never starts under a policy the operator did not mean).
+bool load_operator_network(const std::filesystem::path& home, policy::OperatorNetwork& network);
 
 }  // namespace soyaos::cli

@@ -430,6 +430,18 @@ Result<std::optional<FlagRecord>> Registry::active_flag(const std::string& name,
   return std::optional<FlagRecord>();
 }
 
+namespace {
+
+// j[key] when j is an object holding a string there, else "": a tampered index.json or
+// image manifest is reported by verify(), never thrown out of it.
+std::string string_at(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> Registry::verify() {
   std::vector<std::string> problems;
   auto packs = store_.packs();
@@ -458,7 +470,7 @@ Result<std::vector<std::string>> Registry::verify() {
       problems.push_back(ref + ": image manifest is not valid JSON");
       continue;
     }
-    check_blob(image["config"].value("digest", ""), ref + " config");
+    check_blob(string_at(image["config"], "digest"), ref + " config");
   }
   auto index_text = read_small_file(oci_dir(home_) / "index.json", 64 << 20);
   if (!index_text) {
@@ -469,15 +481,65 @@ Result<std::vector<std::string>> Registry::verify() {
   std::set<std::string> listed;
   if (!index.is_discarded() && index.contains("manifests")) {
     for (const auto& m : index["manifests"]) {
-      const std::string ref = m.contains("annotations") ? m["annotations"].value(kRefAnnotation, "") : "";
+      const std::string ref = m.is_object() && m.contains("annotations") ? string_at(m["annotations"], kRefAnnotation) : "";
       listed.insert(ref);
-      check_blob(m.value("digest", ""), "index.json entry " + ref);
+      check_blob(string_at(m, "digest"), "index.json entry " + ref);
     }
   } else {
     problems.push_back("index.json is not a valid OCI index");
   }
   for (const auto& r : refs)
     if (!listed.count(r)) problems.push_back("index.json does not list " + r);
+  return problems;
+}
+
+Result<std::vector<std::string>> Registry::verify_all() {
+  auto problems = verify();
+  if (!problems) return problems.error();
+  // Every blob file, referenced or not, must hash to its name: a tampered blob no pack
+  // names yet (a half-finished push's) would otherwise go unseen until it is used.
+  std::error_code ec;
+  fs::directory_iterator it(blob_dir(home_), ec);
+  if (ec) {
+    if (ec != std::errc::no_such_file_or_directory) problems->push_back("oci/blobs/sha256: " + ec.message());
+    return problems;
+  }
+  std::vector<std::string> names;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    names.push_back(it->path().filename().string());
+  }
+  if (ec) problems->push_back("oci/blobs/sha256: " + ec.message());
+  std::sort(names.begin(), names.end());
+  const auto already = [&](const std::string& hex) {
+    return std::any_of(problems->begin(), problems->end(),
+                       [&](const std::string& p) { return p.find(hex) != std::string::npos; });
+  };
+  for (const std::string& name : names) {
+    if (name.rfind(kTmpPrefix, 0) == 0) continue;  // an interrupted write; the next push removes it
+    const std::string where = "oci/blobs/sha256/" + name;
+    const bool hex = name.size() == 64 && std::all_of(name.begin(), name.end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                     });
+    if (!hex) {
+      problems->push_back(where + ": not a blob (the name is not a sha256 digest)");
+      continue;
+    }
+    if (already(name)) continue;  // verify() reported this blob already
+    // O_NONBLOCK: a FIFO planted under a blob name cannot hang the check.
+    UniqueFd fd(::open((blob_dir(home_) / name).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      problems->push_back(where + ": not a regular file");
+      continue;
+    }
+    auto d = digest_fd(fd.get());
+    if (!d) {
+      problems->push_back(where + ": " + d.error().describe());
+    } else if (*d != "sha256:" + name) {
+      problems->push_back(where + ": content hashes to " + *d);
+    }
+  }
   return problems;
 }
 

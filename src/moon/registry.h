@@ -111,6 +111,10 @@ class Registry {
   // their digests, index.json lists every stored pack, and every blob index.json names
   // exists and matches. Problems, one a line (none: consistent).
   Result<std::vector<std::string>> verify();
+  // verify(), plus every file under blobs/sha256/ (those no pushed pack references too)
+  // hashed and compared with its name: all problems, those of a pack prefixed with its
+  // NAME@VERSION. For `soyaos moon check`.
+  Result<std::vector<std::string>> verify_all();
 
  private:
   Registry(std::filesystem::path home, Store store) : home_(std::move(home)), store_(std::move(store)) {}

@@ -460,4 +460,42 @@ Result<EventStore> EventStore::open(const fs::path& home) {
   return EventStore(std::move(s).value());
 }
 
+// ---- maintenance ----
+
+Result<std::vector<std::string>> Store::check_integrity() {
+  std::vector<std::string> problems;
+  // integrity_check reads every page (quick_check skips index/table consistency); at most
+  // 100 messages, enough to say what is wrong without flooding the report.
+  auto integrity = prepare(db_, path_, "PRAGMA integrity_check(100)");
+  if (!integrity) return integrity.error();
+  int rc = 0;
+  while ((rc = integrity->step()) == SQLITE_ROW) {
+    const std::string row = integrity->text(0);
+    if (row == "ok") continue;
+    // A row may hold several lines, headed "*** in database main ***": one problem a line.
+    size_t start = 0;
+    while (start <= row.size()) {
+      size_t end = row.find('\n', start);
+      if (end == std::string::npos) end = row.size();
+      const std::string line = row.substr(start, end - start);
+      if (!line.empty() && line.rfind("*** in database", 0) != 0) problems.push_back("integrity_check: " + line);
+      start = end + 1;
+    }
+  }
+  if (rc != SQLITE_DONE) {
+    // A page so damaged that the check itself stops: that is a finding, not a failure to check.
+    problems.push_back(std::string("integrity_check stopped: ") + sqlite3_errmsg(db_) +
+                       " (move the file aside to start a fresh index; blobs under oci/ are kept)");
+    return problems;
+  }
+  auto fk = prepare(db_, path_, "PRAGMA foreign_key_check");
+  if (!fk) return fk.error();
+  while ((rc = fk->step()) == SQLITE_ROW) {
+    problems.push_back("foreign_key_check: table " + fk->text(0) + " row " + std::to_string(fk->integer(1)) +
+                       " refers to a missing row of " + fk->text(2));
+  }
+  if (rc != SQLITE_DONE) problems.push_back(std::string("foreign_key_check stopped: ") + sqlite3_errmsg(db_));
+  return problems;
+}
+
 }  // namespace soyaos::moon

@@ -117,6 +117,11 @@ class Store {
   Status append_events(std::span<const nlohmann::ordered_json> events);
   Result<std::vector<StoredEvent>> query_events(const EventQuery& query);
 
+  // ---- maintenance (`soyaos moon check`) ----
+  // PRAGMA integrity_check and PRAGMA foreign_key_check: what they report, one problem a
+  // line (none: the database is sound). An error when the checks cannot run at all.
+  Result<std::vector<std::string>> check_integrity();
+
  private:
   Store() = default;
   Status init_schema();

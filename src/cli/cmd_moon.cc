@@ -1,0 +1,97 @@
+// `soyaos moon check` (docs/moon.md): checks the Moon's state under $SOYAOS_HOME —
+// moon.yaml (SPEC.md C6a), moon.db (SQLite integrity and foreign keys), and every blob of
+// the registry's OCI layout against its digest. One line per finding on stdout, then
+// `ok` or `N problems`; exit 0 when clean, 1 when anything is wrong.
+//
+// Also the loader every pack-running command uses for the operator's network policy.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "moon/config.h"
+#include "moon/registry.h"
+#include "moon/store.h"
+
+namespace soyaos::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+int check() {
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos moon check: %s\n", home.error().describe().c_str());
+    return 1;
+  }
+  std::vector<std::string> findings;
+
+  const moon::MoonConfigLoad config = moon::load_moon_config(*home);
+  for (const auto& d : config.errors) findings.push_back(d.format());
+
+  // Only an existing database is checked: opening one would create it, and a home with
+  // no moon.db has no registry to verify.
+  const fs::path db = *home / "moon.db";
+  struct stat st {};
+  if (::lstat(db.c_str(), &st) == 0) {
+    auto registry = moon::Registry::open(*home);
+    if (!registry) {
+      // A database too damaged to open (the header, the schema page) lands here; the
+      // message names the file and says what SQLite found.
+      findings.push_back(registry.error().describe());
+    } else {
+      auto integrity = registry->store().check_integrity();
+      if (!integrity) {
+        findings.push_back(integrity.error().describe());
+      } else {
+        for (const auto& p : *integrity) findings.push_back(db.string() + ": " + p);
+      }
+      auto blobs = registry->verify_all();
+      if (!blobs) {
+        findings.push_back("registry: " + blobs.error().describe());
+      } else {
+        for (const auto& p : *blobs) findings.push_back("registry: " + p);
+      }
+    }
+  } else if (errno != ENOENT) {
+    findings.push_back(db.string() + ": cannot examine: " + std::string(std::strerror(errno)));
+  }
+
+  std::string out;
+  for (const auto& f : findings) out += f + "\n";
+  if (findings.empty()) {
+    out += "ok\n";
+  } else {
+    out += std::to_string(findings.size()) + (findings.size() == 1 ? " problem\n" : " problems\n");
+  }
+  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) return 1;
+  return findings.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+bool load_operator_network(const fs::path& home, policy::OperatorNetwork& network) {
+  moon::MoonConfigLoad loaded = moon::load_moon_config(home);
+  if (!loaded.config) {
+    for (const auto& d : loaded.errors) std::fprintf(stderr, "%s\n", d.format().c_str());
+    const std::string file = loaded.errors.empty() ? (home / "moon.yaml").string() : loaded.errors.front().file;
+    std::fprintf(stderr, "soyaos: moon configuration invalid: %s\n", file.c_str());
+    return false;
+  }
+  network = std::move(loaded.config->network);
+  return true;
+}
+
+void register_moon_commands(CLI::App& app, CliContext& ctx) {
+  auto* moon_cmd = app.add_subcommand("moon", "The Moon's state and configuration");
+  moon_cmd->require_subcommand(1);
+  auto* cmd = moon_cmd->add_subcommand(
+      "check", "Check moon.yaml, the moon.db database and every registry blob against its digest");
+  cmd->callback([&ctx] { ctx.exit_code = check(); });
+}
+
+}  // namespace soyaos::cli
