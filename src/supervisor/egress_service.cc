@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -217,6 +218,7 @@ struct EgressService::Impl {
   std::map<int, std::unique_ptr<DnsTcp>> dns_tcp;
   std::vector<std::unique_ptr<Relay>> relays;
   std::vector<uint16_t> service_ports;
+  std::vector<policy::IpAddress> host_addresses;  // this host's own interface addresses
   // Objects closed while an epoll batch is being dispatched: a later event of the same
   // batch may still point at them, so they are freed only after the batch.
   std::vector<std::unique_ptr<Conn>> dead_conns;
@@ -290,6 +292,20 @@ struct EgressService::Impl {
     pool->wake.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!pool->wake) return errno_error("eventfd (resolver)");
 
+    // The host's own addresses (in the supervisor's netns): reaching one is reaching the
+    // host's services, whatever range it lies in (a public address, TEST-NET, ...).
+    struct ifaddrs* ifs = nullptr;
+    if (::getifaddrs(&ifs) != 0) return errno_error("getifaddrs (the host's own addresses)");
+    for (auto* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) {
+        continue;
+      }
+      sockaddr_storage ss{};
+      std::memcpy(&ss, i->ifa_addr, i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+      uint16_t ignored = 0;
+      host_addresses.push_back(from_sockaddr(ss, &ignored));
+    }
+    ::freeifaddrs(ifs);
     const auto& np = plan.network_plan();
     service_ports = {53, np.gateway_port};
     if (np.proxy_port != 0) service_ports.push_back(np.proxy_port);
@@ -780,6 +796,10 @@ struct EgressService::Impl {
     if (net.denies(policy::to_string(a.addr))) return "denied by the operator (egress.deny)";
     if (!a.from_hosts_map && policy::is_private_address(a.addr) && !net.private_allowed(a.addr)) {
       return "a private, loopback or link-local address (rebinding; egress.allow_private does not cover it)";
+    }
+    if (!a.from_hosts_map && !net.private_allowed(a.addr) &&
+        std::find(host_addresses.begin(), host_addresses.end(), a.addr) != host_addresses.end()) {
+      return "an address of this host (egress.allow_private does not cover it)";
     }
     return std::nullopt;
   }

@@ -373,13 +373,9 @@ TEST_F(EgressTest, DeclaredIpLiteralIsMatchedDirectly) {
   const std::string ip = host_ipv4_address();
   if (ip.empty()) GTEST_SKIP() << "the host has no non-loopback IPv4 address";
   TcpEchoServer echo(ip);
-  // On a host whose address is private (10/8, 172.16/12, 192.168/16, 100.64/10, ...) the
-  // gateway's private-range rule applies to literal entries too: the operator allows it.
-  unsigned a = 0, b = 0;
-  std::sscanf(ip.c_str(), "%u.%u", &a, &b);
-  const bool is_private = a == 10 || (a == 172 && b >= 16 && b < 32) || (a == 192 && b == 168) ||
-                          (a == 100 && b >= 64 && b < 128) || (a == 169 && b == 254);
-  set_moon({}, {}, is_private ? std::vector<std::string>{ip + "/32"} : std::vector<std::string>{});
+  // The host's own addresses are refused like private ranges (a pack must not reach the
+  // host's services through them): the operator allows this one.
+  set_moon({}, {}, {ip + "/32"});
   set_egress({{ip, echo.port(), "tcp"}});
   auto run = probe({"tcp_echo", ip, std::to_string(echo.port()), "literal"});
   expect_allowed(run, "ok literal");
@@ -390,6 +386,26 @@ TEST_F(EgressTest, DeclaredIpLiteralIsMatchedDirectly) {
 }
 
 // ---- TCP refused: ECONNREFUSED + violation -------------------------------------------------
+
+// The host's own (non-loopback) addresses are the host, whatever range they are in: a
+// declared literal or egress "*" must not reach a host service through them unless the
+// operator allows that address.
+TEST_F(EgressTest, HostsOwnAddressIsRefusedWithoutAllowPrivate) {
+  const std::string ip = host_ipv4_address();
+  if (ip.empty()) GTEST_SKIP() << "the host has no non-loopback IPv4 address";
+  TcpEchoServer echo(ip);
+  set_egress({{ip, echo.port(), "tcp"}});
+  auto run = probe({"tcp_echo", ip, std::to_string(echo.port()), "leak"});
+  EXPECT_TRUE(looks_reset(run.result) || run.result == "eof") << run.context();
+  expect_network_violation(run, ip + ":" + std::to_string(echo.port()) + "/tcp", "ECONNRESET");
+  expect_untouched(echo);
+
+  set_egress_star();
+  auto star = probe({"tcp_echo", ip, std::to_string(echo.port()), "leak"});
+  EXPECT_TRUE(looks_reset(star.result) || star.result == "eof") << star.context();
+  expect_network_violation(star, ip + ":" + std::to_string(echo.port()) + "/tcp", "ECONNRESET");
+  expect_untouched(echo);
+}
 
 TEST_F(EgressTest, DeclaredHostOnAnotherPortIsRefused) {
   TcpEchoServer echo;
