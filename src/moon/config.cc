@@ -413,7 +413,12 @@ MoonConfigLoad parse_moon_config(std::string_view text, const std::string& file)
     std::stable_sort(result.errors.begin(), result.errors.end(), [](const Diagnostic& a, const Diagnostic& b) {
       return std::pair(a.mark.line, a.mark.column) < std::pair(b.mark.line, b.mark.column);
     });
-    if (result.errors.empty()) result.config = std::move(config);
+    if (result.errors.empty()) {
+      // The run's egress loop serves the Moon proxy (C7): it reads the allowlist from the
+      // operator's network policy.
+      config.network.proxy_allow = config.proxy_allow;
+      result.config = std::move(config);
+    }
   } catch (const std::exception& e) {
     // Defensive: nothing above is expected to throw except on allocation failure.
     result.config.reset();

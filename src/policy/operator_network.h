@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "manifest/manifest.h"
+
 namespace soyaos::policy {
 
 struct IpAddress {
@@ -64,6 +66,9 @@ struct OperatorNetwork {
   std::vector<std::string> egress_deny;
   // egress.allow_private: ranges upstream answers may fall in despite C6's rebinding rule.
   std::vector<Cidr> allow_private;
+  // proxy.allow: the Moon proxy's own allowlist (C7), host + port + protocol
+  // (https | http | tcp), key paths "proxy.allow[i]".
+  std::vector<manifest::EgressEntry> proxy_allow;
 
   // True when `host` (a lower-case DNS name, or an IP literal in to_string form) matches an
   // egress.deny pattern: exact, wildcard strictly below (manifest::host_matches), or the

@@ -104,7 +104,7 @@ RunReport run_pack(const RunRequest& request) {
   }
   // Every run gets the network layer, also with `egress: []`: then every attempt is
   // refused by the netns and reported, instead of failing unseen with ENETUNREACH.
-  auto egress = EgressPlan::build(*policy, request.network, request.proxy_allow);
+  auto egress = EgressPlan::build(*policy, request.network, request.network.proxy_allow);
   if (!egress) {
     report.error = egress.error().describe();
     return report;

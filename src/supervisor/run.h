@@ -52,8 +52,6 @@ struct RunRequest {
   // The operator's network policy from the Moon's configuration (moon.yaml, C6a); the
   // defaults when there is none.
   policy::OperatorNetwork network;
-  // The Moon proxy's allowlist (moon.yaml proxy.allow, C7): host + port + protocol.
-  std::vector<manifest::EgressEntry> proxy_allow;
 };
 
 struct RunReport {
