@@ -92,6 +92,7 @@ void register_moon_commands(CLI::App& app, CliContext& ctx) {
   auto* cmd = moon_cmd->add_subcommand(
       "check", "Check moon.yaml, the moon.db database and every registry blob against its digest");
   cmd->callback([&ctx] { ctx.exit_code = check(); });
+  register_moon_serve_commands(*moon_cmd, ctx);  // cmd_moon_serve.cc: serve, status
 }
 
 }  // namespace soyaos::cli

@@ -1,5 +1,6 @@
-// `soyaos pack push|pull|list|inspect|unflag` (SPEC.md T3, T4, C8(4)): the Moon's registry
-// in embedded mode, state under $SOYAOS_HOME (docs/moon.md).
+// `soyaos pack push|pull|list|inspect|unflag` (SPEC.md T3, T4, C8(4)): the Moon's registry,
+// through the daemon when one answers, else embedded with state under $SOYAOS_HOME
+// (docs/moon.md, moon/backend.h).
 // Exit 0 success (also "already pushed"), 1 refused or failed, 2 usage error (including a
 // malformed NAME@VERSION). Results on stdout, errors on stderr.
 #include <cstdio>
@@ -10,8 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "lint/report.h"
-#include "moon/registry.h"
+#include "moon/backend.h"
 
 namespace soyaos::cli {
 namespace {
@@ -19,10 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-Result<moon::Registry> open_registry() {
+Result<std::unique_ptr<moon::MoonBackend>> open_registry() {
   auto home = moon::default_home();
   if (!home) return home.error();
-  return moon::Registry::open(*home);
+  return moon::open_moon(*home);
 }
 
 int fail(const char* cmd, const Error& e) {
@@ -55,15 +55,15 @@ std::string violation_summary(const std::string& text) {
 int run_push(const std::string& dir, const CliContext& ctx) {
   auto reg = open_registry();
   if (!reg) return fail("push", reg.error());
-  auto r = reg->push(dir);
+  auto r = (*reg)->push(dir);
   if (!r) return fail("push", r.error());
   switch (r->outcome) {
     case moon::PushOutcome::invalid:
-      for (const auto& d : r->diagnostics) std::fprintf(stderr, "%s\n", d.format().c_str());
+      for (const auto& d : r->diagnostics) std::fprintf(stderr, "%s\n", d.c_str());
       std::fprintf(stderr, "soyaos pack push: refused: the manifest is invalid\n");
       return 1;
     case moon::PushOutcome::lint_errors:
-      std::fputs(lint::format_text(r->findings, false).c_str(), stderr);
+      std::fputs(r->findings_text.c_str(), stderr);
       std::fprintf(stderr, "soyaos pack push: refused: lint errors (see soyaos pack lint)\n");
       return 1;
     case moon::PushOutcome::conflict:
@@ -76,7 +76,7 @@ int run_push(const std::string& dir, const CliContext& ctx) {
     case moon::PushOutcome::pushed:
       break;
   }
-  if (!r->findings.empty()) std::fputs(lint::format_text(r->findings, false).c_str(), stderr);
+  if (!r->findings_text.empty()) std::fputs(r->findings_text.c_str(), stderr);
   std::printf("%s  %s@%s  %s\n", moon::to_string(r->outcome), r->pack.name.c_str(), r->pack.version.c_str(),
               r->pack.digest.c_str());
   (void)ctx;
@@ -89,7 +89,7 @@ int run_pull(const std::string& ref_text, std::string out) {
   if (out.empty()) out = ref->name;
   auto reg = open_registry();
   if (!reg) return fail("pull", reg.error());
-  auto p = reg->pull(*ref, out);
+  auto p = (*reg)->pull(*ref, out);
   if (!p) return fail("pull", p.error());
   std::printf("pulled  %s  %s  -> %s\n", ref->str().c_str(), p->digest.c_str(), out.c_str());
   return std::fflush(stdout) == 0 ? 0 : 1;
@@ -98,11 +98,11 @@ int run_pull(const std::string& ref_text, std::string out) {
 int run_list(const std::string& format) {
   auto reg = open_registry();
   if (!reg) return fail("list", reg.error());
-  auto packs = reg->list();
+  auto packs = (*reg)->list();
   if (!packs) return fail("list", packs.error());
   json arr = json::array();
   for (const auto& p : *packs) {
-    auto flag = reg->active_flag(p.name, p.version);
+    auto flag = (*reg)->active_flag(p.name, p.version);
     if (!flag) return fail("list", flag.error());
     const bool flagged = flag->has_value();
     if (format == "json") {
@@ -121,9 +121,9 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
   if (!ref) return kExitUsage;
   auto reg = open_registry();
   if (!reg) return fail("inspect", reg.error());
-  auto p = reg->get(*ref);
+  auto p = (*reg)->get(*ref);
   if (!p) return fail("inspect", p.error());
-  auto flags = reg->flags(ref->name, ref->version);
+  auto flags = (*reg)->flags(ref->name, ref->version);
   if (!flags) return fail("inspect", flags.error());
   bool flagged = false;
   for (const auto& f : *flags) flagged = flagged || f.active;
@@ -188,10 +188,10 @@ int run_unflag(const std::string& ref_text) {
   if (!ref) return kExitUsage;
   auto reg = open_registry();
   if (!reg) return fail("unflag", reg.error());
-  auto n = reg->unflag(ref->name, ref->version);
+  auto n = (*reg)->unflag(ref->name, ref->version);
   if (!n) return fail("unflag", n.error());
   if (*n == 0) {
-    auto p = reg->get(*ref);
+    auto p = (*reg)->get(*ref);
     if (!p) return fail("unflag", p.error());
     std::printf("not flagged  %s\n", ref->str().c_str());
   } else {

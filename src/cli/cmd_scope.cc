@@ -1,5 +1,5 @@
 // `soyaos scope query|tail` (SPEC.md E3): the Scope events stored by the Moon
-// ($SOYAOS_HOME/moon.db, docs/moon.md).
+// ($SOYAOS_HOME/moon.db, or the daemon's: docs/moon.md).
 // Text: one line per event, `TIME  TYPE  SUBJECT  summary`; json: JSON Lines, each event
 // exactly as stored. Exit 0, 1 when the store cannot be read, 2 usage error.
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "moon/store.h"
+#include "moon/backend.h"
 
 namespace soyaos::cli {
 namespace {
@@ -89,10 +89,11 @@ std::optional<std::string> parse_since(const std::string& s) {
   return t;
 }
 
-Result<moon::EventStore> open_events() {
+// The Moon's store: through the daemon when one answers, else embedded (moon/backend.h).
+Result<std::unique_ptr<moon::MoonBackend>> open_events() {
   auto home = moon::default_home();
   if (!home) return home.error();
-  return moon::EventStore::open(*home);
+  return moon::open_moon(*home);
 }
 
 int run_query(const QueryArgs& a) {
@@ -118,7 +119,7 @@ int run_query(const QueryArgs& a) {
     std::fprintf(stderr, "soyaos scope query: %s\n", store.error().describe().c_str());
     return 1;
   }
-  auto events = store->query(q);
+  auto events = (*store)->query_events(q);
   if (!events) {
     std::fprintf(stderr, "soyaos scope query: %s\n", events.error().describe().c_str());
     return 1;
@@ -138,11 +139,11 @@ int run_tail(bool follow, int64_t lines, const std::string& format) {
   if (lines == 0) {  // -n 0: only what comes next
     moon::EventQuery one;
     one.limit = 1;
-    auto latest = store->query(one);
+    auto latest = (*store)->query_events(one);
     if (!latest) return std::fprintf(stderr, "soyaos scope tail: %s\n", latest.error().describe().c_str()), 1;
     if (!latest->empty()) last = latest->back().seq;
   } else {
-    auto events = store->query(q);
+    auto events = (*store)->query_events(q);
     if (!events) return std::fprintf(stderr, "soyaos scope tail: %s\n", events.error().describe().c_str()), 1;
     if (!print_events(*events, format)) return 1;
     if (!events->empty()) last = events->back().seq;
@@ -151,7 +152,7 @@ int run_tail(bool follow, int64_t lines, const std::string& format) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     moon::EventQuery next;
     next.after_seq = last;
-    auto events = store->query(next);
+    auto events = (*store)->query_events(next);
     if (!events) return std::fprintf(stderr, "soyaos scope tail: %s\n", events.error().describe().c_str()), 1;
     if (!print_events(*events, format)) return 1;  // the reader went away
     if (!events->empty()) last = events->back().seq;

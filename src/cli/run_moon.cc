@@ -6,29 +6,28 @@
 #include <memory>
 
 #include "common/digest.h"
-#include "moon/registry.h"
+#include "moon/backend.h"
 
 namespace soyaos::cli {
 namespace fs = std::filesystem;
 
 Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
-  auto registry = moon::Registry::open(home);
-  if (!registry) return registry.error();
-  auto events = moon::EventStore::open(home);
-  if (!events) return events.error();
+  // The Moon this run uses: the daemon when one answers (or SOYAOS_MOON_SOCKET names one),
+  // else the embedded Moon of `home` (moon/backend.h).
+  auto backend = moon::open_moon(home);
+  if (!backend) return backend.error();
   struct State {
-    moon::Registry registry;
-    moon::EventStore events;
+    std::unique_ptr<moon::MoonBackend> moon;
     std::optional<moon::PackRecord> pushed;  // the pushed version this directory is, if any
   };
-  auto state = std::make_shared<State>(State{std::move(registry.value()), std::move(events.value()), {}});
+  auto state = std::make_shared<State>(State{std::move(backend.value()), {}});
 
   supervisor::RunHooks hooks;
   hooks.before_launch = [state](const scope::RunContext& ctx, const supervisor::EmitFn& emit) -> Status {
-    auto pushed = state->registry.find_by_digest(ctx.digest);
+    auto pushed = state->moon->find_by_digest(ctx.digest);
     if (!pushed) return pushed.error();
     state->pushed = *pushed;
-    auto flag = state->registry.active_flag(ctx.pack, ctx.version);
+    auto flag = state->moon->active_flag(ctx.pack, ctx.version);
     if (!flag) return flag.error();
     if (*flag) {
       const auto& f = **flag;
@@ -47,12 +46,12 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
   };
   hooks.after_run = [state](const scope::RunContext& ctx, const std::vector<nlohmann::ordered_json>& events,
                             const std::vector<supervisor::Violation>& violations) -> Status {
-    if (auto s = state->events.append(events); !s) return s;
+    if (auto s = state->moon->append_events(events); !s) return s;
     if (violations.empty() || !state->pushed) return {};
     // The first violation event of the run is the flag's reason.
     for (const auto& e : events) {
       if (e.value("type", "") != "capability_violation") continue;
-      auto flagged = state->registry.flag(ctx.pack, ctx.version, ctx.run_id, e);
+      auto flagged = state->moon->flag(ctx.pack, ctx.version, ctx.run_id, e);
       if (!flagged) return flagged.error();
       break;
     }
@@ -65,9 +64,9 @@ Result<fs::path> pack_dir_for_ref(const fs::path& home, const std::string& text)
   std::string why;
   auto ref = moon::parse_ref(text, why);
   if (!ref) return make_error(text + ": " + why);
-  auto registry = moon::Registry::open(home);
-  if (!registry) return registry.error();
-  auto record = registry->get(*ref);
+  auto backend = moon::open_moon(home);
+  if (!backend) return backend.error();
+  auto record = (*backend)->get(*ref);
   if (!record) return record.error();
   std::string hex = record->digest.substr(record->digest.find(':') + 1);
   fs::path dir = home / "run-cache" / hex / "pack";
@@ -82,7 +81,7 @@ Result<fs::path> pack_dir_for_ref(const fs::path& home, const std::string& text)
   // Extract beside, then rename: a concurrent run never sees a half-extracted pack.
   fs::path staging = dir.parent_path() / ("staging-" + std::to_string(::getpid()));
   fs::remove_all(staging, ec);
-  if (auto pulled = registry->pull(*ref, staging); !pulled) return pulled.error();
+  if (auto pulled = (*backend)->pull(*ref, staging); !pulled) return pulled.error();
   fs::rename(staging, dir, ec);
   if (ec && !fs::exists(dir)) return make_error("rename " + staging.string(), ec.value());
   fs::remove_all(staging, ec);

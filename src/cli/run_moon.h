@@ -1,6 +1,8 @@
-// The glue between a run and the embedded Moon: the hooks that store the run's events
+// The glue between a run and the Moon (the daemon when one answers, else the embedded
+// Moon of HOME: moon/backend.h open_moon()): the hooks that store the run's events
 // (E3, E4) and keep the registry's violation flags (C8 (4)), and resolving NAME@VERSION
-// to a verified pack directory for `soyaos run NAME@VERSION`.
+// to a verified pack directory for `soyaos run NAME@VERSION`. An error (including a
+// SOYAOS_MOON_SOCKET daemon that does not answer) means the run does not start (125).
 #pragma once
 
 #include <filesystem>

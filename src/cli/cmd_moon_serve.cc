@@ -1,0 +1,139 @@
+// `soyaos moon serve [--socket PATH] [--group NAME]` and `soyaos moon status
+// [--format text|json]` (docs/moon.md "Daemon mode").
+//
+// serve: the Moon as a daemon on a unix socket (default $SOYAOS_HOME/moon.sock, mode 0600,
+// or 0660 owned by --group). Runs in the foreground, logs one line per notable request on
+// stderr, stops on SIGTERM/SIGINT/SIGHUP (removing the socket). Exit 0 after a clean stop,
+// 1 when it cannot start (another daemon answers on the socket, an unknown group...).
+//
+// status: which Moon this `soyaos` uses (the same selection as every other command:
+// SOYAOS_MOON_SOCKET, else a daemon answering on $SOYAOS_HOME/moon.sock, else embedded),
+// its state directory and counts, and the daemon's pid and uptime. Exit 0, 1 when the Moon
+// cannot be reached or read.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "moon/backend.h"
+#include "moon/server.h"
+#include "scope/events.h"
+
+#ifndef SOYAOS_VERSION
+#define SOYAOS_VERSION "0.0.0"
+#endif
+
+namespace soyaos::cli {
+namespace {
+
+struct ServeArgs {
+  std::string socket;
+  std::string group;
+  size_t max_clients = 64;
+};
+
+int serve(const ServeArgs& a) {
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos moon serve: %s\n", home.error().describe().c_str());
+    return 1;
+  }
+  moon::ServeOptions opt;
+  opt.home = *home;
+  opt.socket = a.socket.empty() ? moon::default_socket(*home) : std::filesystem::path(a.socket);
+  opt.group = a.group;
+  opt.max_clients = a.max_clients;
+  opt.version = SOYAOS_VERSION;
+  opt.log = [](const std::string& line) {
+    std::fprintf(stderr, "soyaos moon serve: %s  %s\n", scope::now_rfc3339().c_str(), line.c_str());
+    std::fflush(stderr);
+  };
+  auto s = moon::serve(opt);
+  if (!s) {
+    std::fprintf(stderr, "soyaos moon serve: %s\n", s.error().describe().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+std::string uptime(int64_t s) {
+  char buf[64];
+  if (s >= 86400) {
+    std::snprintf(buf, sizeof buf, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
+  } else if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  }
+  return buf;
+}
+
+int status(const std::string& format) {
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos moon status: %s\n", home.error().describe().c_str());
+    return 1;
+  }
+  auto m = moon::open_moon(*home);
+  if (!m) {
+    std::fprintf(stderr, "soyaos moon status: %s\n", m.error().describe().c_str());
+    return 1;
+  }
+  auto st = (*m)->status();
+  if (!st) {
+    std::fprintf(stderr, "soyaos moon status: %s\n", st.error().describe().c_str());
+    return 1;
+  }
+  if (format == "json") {
+    std::printf("%s\n", moon::to_json(*st).dump(2).c_str());
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
+  if (st->daemon) {
+    std::printf("mode:     daemon at %s\n", st->socket.c_str());
+  } else {
+    std::printf("mode:     embedded\n");
+  }
+  std::printf("home:     %s\n", st->home.c_str());
+  if (st->daemon) {
+    std::printf("pid:      %lld\n", static_cast<long long>(st->pid));
+    std::printf("started:  %s  (up %s)\n", st->started_at.c_str(), uptime(st->uptime_s).c_str());
+    std::printf("version:  soyaos %s\n", st->version.c_str());
+    std::printf("clients:  %lld\n", static_cast<long long>(st->clients));
+  }
+  std::printf("packs:    %lld\n", static_cast<long long>(st->packs));
+  std::printf("events:   %lld\n", static_cast<long long>(st->events));
+  if (!st->stale_socket.empty()) {
+    std::printf("note:     %s exists but no daemon answers on it (a stale socket: `soyaos moon serve` replaces it)\n",
+                st->stale_socket.c_str());
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void register_moon_serve_commands(CLI::App& moon_cmd, CliContext& ctx) {
+  {
+    auto a = std::make_shared<ServeArgs>();
+    auto* cmd = moon_cmd.add_subcommand("serve", "Run the Moon as a daemon on a unix socket (foreground)");
+    cmd->add_option("--socket", a->socket, "Socket path (default: $SOYAOS_HOME/moon.sock)");
+    cmd->add_option("--group", a->group, "Let this group use the daemon (socket mode 0660), else 0600");
+    cmd->add_option("--max-clients", a->max_clients, "Clients served at once (default 64); more wait")
+        ->check(CLI::PositiveNumber);
+    cmd->callback([a, &ctx] { ctx.exit_code = serve(*a); });
+  }
+  {
+    auto format = std::make_shared<std::string>("text");
+    auto* cmd = moon_cmd.add_subcommand("status", "Which Moon soyaos uses (daemon or embedded), its state and counts");
+    cmd->add_option("--format", *format, "Output format: text (default) or json")
+        ->check(CLI::IsMember({"text", "json"}));
+    cmd->callback([format, &ctx] { ctx.exit_code = status(*format); });
+  }
+}
+
+}  // namespace soyaos::cli

@@ -1,0 +1,290 @@
+// The embedded MoonBackend (Registry and Store in this process), the JSON forms of the
+// records, and open_moon()'s choice between the embedded Moon and a daemon.
+#include "moon/backend.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "lint/report.h"
+
+namespace soyaos::moon {
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+fs::path default_socket(const fs::path& home) { return home / "moon.sock"; }
+
+namespace {
+
+std::string str(const json& j, const char* k) {
+  auto it = j.find(k);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+int64_t num(const json& j, const char* k) {
+  auto it = j.find(k);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+std::optional<std::string> opt(const json& j, const char* k) {
+  auto it = j.find(k);
+  if (it != j.end() && it->is_string()) return it->get<std::string>();
+  return std::nullopt;
+}
+
+class EmbeddedMoon final : public MoonBackend {
+ public:
+  explicit EmbeddedMoon(Registry reg) : reg_(std::move(reg)) {}
+  [[nodiscard]] bool is_daemon() const override { return false; }
+  [[nodiscard]] std::string describe() const override { return "embedded at " + reg_.home().string(); }
+
+  Result<PushReply> push(const fs::path& dir) override {
+    auto r = reg_.push(dir);
+    if (!r) return r.error();
+    PushReply out;
+    out.outcome = r->outcome;
+    out.pack = r->pack;
+    out.attempted_digest = r->attempted_digest;
+    for (const auto& d : r->diagnostics) out.diagnostics.push_back(d.format());
+    if (!r->findings.empty()) out.findings_text = lint::format_text(r->findings, false);
+    return out;
+  }
+  Result<PackRecord> pull(const PackRef& ref, const fs::path& dest) override { return reg_.pull(ref, dest); }
+  Result<PackRecord> get(const PackRef& ref) override { return reg_.get(ref); }
+  Result<std::vector<PackRecord>> list() override { return reg_.list(); }
+  Result<std::optional<PackRecord>> find_by_digest(const std::string& digest) override {
+    return reg_.find_by_digest(digest);
+  }
+  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version) override {
+    return reg_.active_flag(name, version);
+  }
+  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) override {
+    return reg_.flags(name, version);
+  }
+  Result<int> unflag(const std::string& name, const std::string& version) override {
+    return reg_.unflag(name, version);
+  }
+  Result<bool> flag(const std::string& name, const std::string& version, const std::string& run_id,
+                    const json& violation) override {
+    return reg_.flag(name, version, run_id, violation);
+  }
+  Status append_events(std::span<const json> events) override { return reg_.store().append_events(events); }
+  Result<std::vector<StoredEvent>> query_events(const EventQuery& q) override {
+    return reg_.store().query_events(q);
+  }
+  Result<MoonStatus> status() override {
+    MoonStatus s;
+    s.home = reg_.home().string();
+    if (auto c = count_state(reg_.home(), s); !c) return c.error();
+    struct stat st {};
+    const fs::path sock = default_socket(reg_.home());
+    if (::lstat(sock.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) s.stale_socket = sock.string();
+    return s;
+  }
+
+ private:
+  Registry reg_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<MoonBackend>> open_embedded(const fs::path& home) {
+  auto reg = Registry::open(home);
+  if (!reg) return reg.error();
+  return std::unique_ptr<MoonBackend>(std::make_unique<EmbeddedMoon>(std::move(reg.value())));
+}
+
+Result<std::unique_ptr<MoonBackend>> open_moon(const fs::path& home) {
+  const char* env = std::getenv(kSocketEnv);
+  if (env != nullptr && *env != '\0') {
+    auto remote = open_remote(env, std::nullopt);
+    if (!remote) {
+      return make_error("the Moon daemon at " + std::string(env) + " (" + kSocketEnv + ") does not answer: " +
+                        remote.error().describe() + "; start it with `soyaos moon serve --socket " + env +
+                        "`, or unset " + kSocketEnv + " to use the embedded Moon");
+    }
+    return remote;
+  }
+  const fs::path sock = default_socket(home);
+  struct stat st {};
+  if (::lstat(sock.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+    auto remote = open_remote(sock, home);
+    if (remote) return remote;
+    // Nobody listening (a daemon that died, a stale socket file): the embedded Moon.
+    // Anything else (no permission on the socket, a peer that is not a Moon) is an error:
+    // the daemon exists but this user may not or cannot use it.
+    const int e = remote.error().err;
+    if (e != ECONNREFUSED && e != ENOENT) {
+      return make_error("the Moon daemon at " + sock.string() + " cannot be used: " + remote.error().describe());
+    }
+  }
+  return open_embedded(home);
+}
+
+Status count_state(const fs::path& home, MoonStatus& out) {
+  const fs::path db = home / "moon.db";
+  sqlite3* h = nullptr;
+  int rc = sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = h != nullptr ? sqlite3_errmsg(h) : sqlite3_errstr(rc);
+    sqlite3_close(h);
+    return make_error("open " + db.string() + ": " + msg);
+  }
+  sqlite3_busy_timeout(h, 30000);
+  auto count = [&](const char* sql, int64_t& v) -> Status {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(h, sql, -1, &st, nullptr) != SQLITE_OK) {
+      return make_error(std::string("count in ") + db.string() + ": " + sqlite3_errmsg(h));
+    }
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (r != SQLITE_ROW) return make_error(std::string("count in ") + db.string() + ": " + sqlite3_errmsg(h));
+    return {};
+  };
+  Status s = count("SELECT count(*) FROM packs", out.packs);
+  if (s) s = count("SELECT count(*) FROM events", out.events);
+  sqlite3_close(h);
+  return s;
+}
+
+// ---- JSON forms ----
+
+json to_json(const PackRecord& p) {
+  return {{"id", p.id},           {"name", p.name},
+          {"version", p.version}, {"digest", p.digest},
+          {"tree_digest", p.tree_digest}, {"oci_manifest", p.oci_manifest},
+          {"oci_manifest_size", p.oci_manifest_size}, {"size", p.size},
+          {"pushed_at", p.pushed_at}, {"manifest", p.manifest}};
+}
+PackRecord pack_from_json(const json& j) {
+  PackRecord p;
+  p.id = num(j, "id");
+  p.name = str(j, "name");
+  p.version = str(j, "version");
+  p.digest = str(j, "digest");
+  p.tree_digest = str(j, "tree_digest");
+  p.oci_manifest = str(j, "oci_manifest");
+  p.oci_manifest_size = num(j, "oci_manifest_size");
+  p.size = num(j, "size");
+  p.pushed_at = str(j, "pushed_at");
+  p.manifest = str(j, "manifest");
+  return p;
+}
+
+json to_json(const FlagRecord& f) {
+  return {{"id", f.id},           {"name", f.name},
+          {"version", f.version}, {"run_id", f.run_id},
+          {"violation", f.violation}, {"flagged_at", f.flagged_at},
+          {"cleared", f.cleared}, {"cleared_at", f.cleared_at},
+          {"active", f.active},   {"superseded_by", f.superseded_by}};
+}
+FlagRecord flag_from_json(const json& j) {
+  FlagRecord f;
+  f.id = num(j, "id");
+  f.name = str(j, "name");
+  f.version = str(j, "version");
+  f.run_id = str(j, "run_id");
+  f.violation = str(j, "violation");
+  f.flagged_at = str(j, "flagged_at");
+  f.cleared = j.value("cleared", false);
+  f.cleared_at = str(j, "cleared_at");
+  f.active = j.value("active", false);
+  f.superseded_by = str(j, "superseded_by");
+  return f;
+}
+
+json to_json(const StoredEvent& e) {
+  return {{"seq", e.seq},   {"time", e.time},       {"type", e.type}, {"run_id", e.run_id},
+          {"pack", e.pack}, {"version", e.version}, {"json", e.json}};
+}
+StoredEvent event_from_json(const json& j) {
+  StoredEvent e;
+  e.seq = num(j, "seq");
+  e.time = str(j, "time");
+  e.type = str(j, "type");
+  e.run_id = str(j, "run_id");
+  e.pack = str(j, "pack");
+  e.version = str(j, "version");
+  e.json = str(j, "json");
+  return e;
+}
+
+json to_json(const EventQuery& q) {
+  json j = {{"after_seq", q.after_seq}, {"limit", q.limit}};
+  if (q.run_id) j["run_id"] = *q.run_id;
+  if (q.type) j["type"] = *q.type;
+  if (q.pack) j["pack"] = *q.pack;
+  if (q.since) j["since"] = *q.since;
+  return j;
+}
+EventQuery query_from_json(const json& j) {
+  EventQuery q;
+  q.run_id = opt(j, "run_id");
+  q.type = opt(j, "type");
+  q.pack = opt(j, "pack");
+  q.since = opt(j, "since");
+  q.after_seq = num(j, "after_seq");
+  q.limit = num(j, "limit");
+  return q;
+}
+
+json to_json(const MoonStatus& s) {
+  json j = {{"mode", s.daemon ? "daemon" : "embedded"}};
+  if (s.daemon) j["socket"] = s.socket;
+  j["home"] = s.home;
+  j["packs"] = s.packs;
+  j["events"] = s.events;
+  if (s.daemon) {
+    j["pid"] = s.pid;
+    j["started_at"] = s.started_at;
+    j["uptime_s"] = s.uptime_s;
+    j["clients"] = s.clients;
+    j["version"] = s.version;
+  } else if (!s.stale_socket.empty()) {
+    j["stale_socket"] = s.stale_socket;
+  }
+  return j;
+}
+MoonStatus status_from_json(const json& j) {
+  MoonStatus s;
+  s.daemon = str(j, "mode") == "daemon";
+  s.socket = str(j, "socket");
+  s.home = str(j, "home");
+  s.packs = num(j, "packs");
+  s.events = num(j, "events");
+  s.pid = num(j, "pid");
+  s.started_at = str(j, "started_at");
+  s.uptime_s = num(j, "uptime_s");
+  s.clients = num(j, "clients");
+  s.version = str(j, "version");
+  s.stale_socket = str(j, "stale_socket");
+  return s;
+}
+
+json to_json(const PushReply& r) {
+  return {{"outcome", to_string(r.outcome)},
+          {"pack", to_json(r.pack)},
+          {"attempted_digest", r.attempted_digest},
+          {"diagnostics", r.diagnostics},
+          {"findings_text", r.findings_text}};
+}
+PushReply push_reply_from_json(const json& j) {
+  PushReply r;
+  const std::string o = str(j, "outcome");
+  for (auto c : {PushOutcome::pushed, PushOutcome::already_pushed, PushOutcome::conflict, PushOutcome::invalid,
+                 PushOutcome::lint_errors}) {
+    if (o == to_string(c)) r.outcome = c;
+  }
+  if (j.contains("pack") && j["pack"].is_object()) r.pack = pack_from_json(j["pack"]);
+  r.attempted_digest = str(j, "attempted_digest");
+  if (j.contains("diagnostics") && j["diagnostics"].is_array()) {
+    for (const auto& d : j["diagnostics"]) {
+      if (d.is_string()) r.diagnostics.push_back(d.get<std::string>());
+    }
+  }
+  r.findings_text = str(j, "findings_text");
+  return r;
+}
+
+}  // namespace soyaos::moon

@@ -1,0 +1,121 @@
+// The Moon as the CLI sees it (docs/moon.md "Daemon mode"): one interface, two
+// implementations.
+//
+//   - embedded: this process opens $SOYAOS_HOME/moon.db and the OCI layout itself
+//     (Registry, Store: the code paths of embedded mode);
+//   - daemon: requests go over a unix socket to `soyaos moon serve`, which executes them
+//     against its own embedded Moon (moon/server.h; wire format in moon/wire.h).
+//
+// open_moon() picks one:
+//   1. SOYAOS_MOON_SOCKET=PATH set (non-empty): the daemon at PATH, or an error when it
+//      does not answer — never a silent fallback (the operator asked for that daemon);
+//   2. else HOME/moon.sock exists and answers: that daemon (when it stops answering
+//      before a request was sent, the request falls back to the embedded Moon of HOME);
+//   3. else the embedded Moon of HOME.
+// Library code: errors are values, nothing is printed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "moon/registry.h"
+#include "moon/store.h"
+
+namespace soyaos::moon {
+
+// The environment variable naming the daemon's socket explicitly.
+inline constexpr const char* kSocketEnv = "SOYAOS_MOON_SOCKET";
+// The default socket of a home: HOME/moon.sock.
+std::filesystem::path default_socket(const std::filesystem::path& home);
+
+// A push's outcome, in a form that crosses the socket: diagnostics already formatted
+// ("FILE:LINE:COL: error: …", FILE being the pushed directory), lint findings as the
+// text `soyaos pack lint` prints (empty when none).
+struct PushReply {
+  PushOutcome outcome = PushOutcome::pushed;
+  PackRecord pack;
+  std::string attempted_digest;
+  std::vector<std::string> diagnostics;
+  std::string findings_text;
+};
+
+struct MoonStatus {
+  bool daemon = false;
+  std::string socket;        // daemon: the socket path
+  std::string home;          // the state directory the Moon uses
+  int64_t packs = 0;         // pushed pack versions
+  int64_t events = 0;        // stored Scope events
+  // daemon only:
+  int64_t pid = 0;
+  std::string started_at;    // RFC 3339 UTC
+  int64_t uptime_s = 0;
+  int64_t clients = 0;       // connections being served, this one included
+  std::string version;       // the daemon's soyaos version
+  // Embedded: a socket file that did not answer (a daemon that died), else empty.
+  std::string stale_socket;
+};
+
+class MoonBackend {
+ public:
+  virtual ~MoonBackend() = default;
+  [[nodiscard]] virtual bool is_daemon() const = 0;
+  // "daemon at PATH" / "embedded at HOME".
+  [[nodiscard]] virtual std::string describe() const = 0;
+
+  // ---- registry (T3, T4) ----
+  virtual Result<PushReply> push(const std::filesystem::path& dir) = 0;
+  virtual Result<PackRecord> pull(const PackRef& ref, const std::filesystem::path& dest) = 0;
+  virtual Result<PackRecord> get(const PackRef& ref) = 0;
+  virtual Result<std::vector<PackRecord>> list() = 0;
+  virtual Result<std::optional<PackRecord>> find_by_digest(const std::string& digest) = 0;
+
+  // ---- flags (C8 (4)) ----
+  virtual Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version) = 0;
+  virtual Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) = 0;
+  virtual Result<int> unflag(const std::string& name, const std::string& version) = 0;
+  virtual Result<bool> flag(const std::string& name, const std::string& version, const std::string& run_id,
+                            const nlohmann::ordered_json& violation) = 0;
+
+  // ---- Scope events (E3, E4) ----
+  // Returns once the events are durable (one transaction), as EventStore::append.
+  virtual Status append_events(std::span<const nlohmann::ordered_json> events) = 0;
+  virtual Result<std::vector<StoredEvent>> query_events(const EventQuery& query) = 0;
+
+  virtual Result<MoonStatus> status() = 0;
+};
+
+// The embedded Moon of `home` (opened now: an unusable home is an error here).
+Result<std::unique_ptr<MoonBackend>> open_embedded(const std::filesystem::path& home);
+// The daemon at `socket`: checks now that it answers (a `hello`). `fallback_home`: when
+// set, a later request whose connection cannot be made falls back to that embedded Moon.
+Result<std::unique_ptr<MoonBackend>> open_remote(const std::filesystem::path& socket,
+                                                 std::optional<std::filesystem::path> fallback_home);
+// The selection described above.
+Result<std::unique_ptr<MoonBackend>> open_moon(const std::filesystem::path& home);
+
+// ---- the JSON forms used on the wire (also `--format json` of `moon status`) ----
+nlohmann::ordered_json to_json(const PackRecord&);
+PackRecord pack_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const FlagRecord&);
+FlagRecord flag_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const StoredEvent&);
+StoredEvent event_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const EventQuery&);
+EventQuery query_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const MoonStatus&);
+MoonStatus status_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const PushReply&);
+PushReply push_reply_from_json(const nlohmann::ordered_json&);
+
+// Counts for status(): packs and events, read from HOME/moon.db (read-only connection).
+Status count_state(const std::filesystem::path& home, MoonStatus& out);
+
+}  // namespace soyaos::moon

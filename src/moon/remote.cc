@@ -1,0 +1,342 @@
+// The daemon-mode MoonBackend: every operation is a request to `soyaos moon serve` over its
+// unix socket (wire format: moon/wire.h). One connection per request, so an idle client
+// (a run in progress) holds no daemon thread.
+//
+// Pack archives cross the socket as attachments: push sends the canonical archive the
+// client writes (archive.h) and the daemon validates, lints and stores it like an
+// embedded push; pull receives the stored archive and verifies its sha256 here, while
+// extracting, exactly as an embedded pull does.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/unique_fd.h"
+#include "moon/archive.h"
+#include "moon/backend.h"
+#include "moon/wire.h"
+#include "scope/events.h"
+
+namespace soyaos::moon {
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr int kTimeoutSeconds = 300;
+
+Result<UniqueFd> dial(const fs::path& path, int timeout_s = kTimeoutSeconds) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.native().size() >= sizeof addr.sun_path) {
+    return make_error("moon socket path too long (" + std::to_string(path.native().size()) + " bytes, at most " +
+                      std::to_string(sizeof addr.sun_path - 1) + "): " + path.string());
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.native().size());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return errno_error("socket");
+  timeval tv{timeout_s, 0};
+  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno == EINTR) continue;
+    return errno_error("connect " + path.string());
+  }
+  return fd;
+}
+
+struct Session {
+  UniqueFd fd;
+  wire::Conn conn;
+  explicit Session(UniqueFd f) : fd(std::move(f)), conn(fd.get()) {}
+};
+
+// Sends `req` and reads one reply; a non-ok reply is an error.
+Result<json> call(Session& s, const json& req, std::string_view attachment = {}) {
+  if (auto st = s.conn.send(req, attachment); !st) return st.error();
+  auto reply = s.conn.receive();
+  if (!reply) {
+    if (reply.error().message == "eof") return make_error("the Moon daemon closed the connection without an answer");
+    return reply.error();
+  }
+  if (!reply->value("ok", false)) return wire::reply_error(*reply);
+  return reply;
+}
+
+class RemoteMoon final : public MoonBackend {
+ public:
+  RemoteMoon(fs::path socket, std::optional<fs::path> fallback_home)
+      : socket_(std::move(socket)), fallback_home_(std::move(fallback_home)) {}
+
+  [[nodiscard]] bool is_daemon() const override { return true; }
+  [[nodiscard]] std::string describe() const override { return "daemon at " + socket_.string(); }
+
+  Status hello() {
+    auto s = dial(socket_, 10);  // a daemon that is up answers this at once
+    if (!s) return s.error();
+    Session session(std::move(s.value()));
+    auto r = call(session, {{"op", "hello"}, {"v", wire::kProtocolVersion}});
+    if (!r) return r.error();
+    if (r->value("moon", "") != "soyaos" || r->value("v", 0) != wire::kProtocolVersion) {
+      return make_error(socket_.string() + " is not a Moon daemon speaking protocol v" +
+                        std::to_string(wire::kProtocolVersion));
+    }
+    return {};
+  }
+
+  Result<PushReply> push(const fs::path& dir) override {
+    auto s = session();
+    if (!s) return s.error();
+    if (!*s) return fallback_->push(dir);
+    UniqueFd mem(::memfd_create("soyaos-push", MFD_CLOEXEC));
+    if (!mem) return errno_error("memfd_create");
+    auto info = write_archive(dir, mem.get());
+    if (!info) return info.error();
+    if (::lseek(mem.get(), 0, SEEK_SET) != 0) return errno_error("lseek");
+    json req = {{"op", "push"}, {"dir", dir.string()}, {"digest", info->digest}};
+    if (auto st = (*s)->conn.send_file(req, mem.get(), info->size); !st) return st.error();
+    auto reply = receive(**s);
+    if (!reply) return reply.error();
+    return push_reply_from_json((*reply)["push"]);
+  }
+
+  Result<PackRecord> pull(const PackRef& ref, const fs::path& dest_in) override {
+    auto s = session();
+    if (!s) return s.error();
+    if (!*s) return fallback_->pull(ref, dest_in);
+    Session& session = **s;
+    if (auto st = session.conn.send({{"op", "pull"}, {"name", ref.name}, {"version", ref.version}}); !st) return st.error();
+    auto reply = receive(session);
+    if (!reply) return reply.error();
+    const PackRecord rec = pack_from_json((*reply)["pack"]);
+    const std::string blob = reply->value("blob", "");
+    const uint64_t size = reply->value("attachment", uint64_t{0});
+
+    // The destination, as Registry::pull checks it (after the pack is known to exist).
+    std::error_code ec;
+    const fs::path dest = fs::absolute(dest_in, ec).lexically_normal();
+    if (ec) return make_error("resolve " + dest_in.string(), ec.value());
+    const fs::path target = dest.filename().empty() ? dest.parent_path() : dest;
+    struct stat st {};
+    if (::lstat(target.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) return make_error("pull " + ref.str() + ": " + dest_in.string() + " exists and is not a directory");
+      if (!fs::is_empty(target, ec) || ec)
+        return make_error("pull " + ref.str() + ": " + dest_in.string() +
+                          " exists and is not empty (refusing to extract into it)");
+    } else if (errno != ENOENT) {
+      return errno_error("stat " + dest_in.string());
+    }
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) return make_error("create " + target.parent_path().string(), ec.value());
+
+    UniqueFd mem(::memfd_create("soyaos-pull", MFD_CLOEXEC));
+    if (!mem) return errno_error("memfd_create");
+    if (auto r = session.conn.read_attachment(size, mem.get()); !r) return r.error();
+    if (::lseek(mem.get(), 0, SEEK_SET) != 0) return errno_error("lseek");
+
+    const fs::path staging = target.parent_path() / ("." + target.filename().string() + ".pull.tmp-" +
+                                                      std::to_string(::getpid()) + "-" +
+                                                      scope::new_event_id().substr(0, 8));
+    if (::mkdir(staging.c_str(), 0700) != 0) return errno_error("mkdir " + staging.string());
+    struct StagingGuard {
+      const fs::path& p;
+      bool keep = false;
+      ~StagingGuard() {
+        std::error_code e;
+        if (!keep) fs::remove_all(p, e);
+      }
+    } guard{staging};
+    auto tampered = [&](const std::string& got) {
+      return make_error("blob " + rec.digest + " of " + ref.str() + " does not match its digest (its content hashes to " +
+                        got + "): refused; the registry copy at " + blob + " is corrupt or was tampered with");
+    };
+    // The digest is checked here, on the bytes received: a daemon (or anything between)
+    // cannot hand over other content than the record names.
+    auto got = extract_archive(mem.get(), staging);
+    if (!got) {
+      if (::lseek(mem.get(), 0, SEEK_SET) == 0) {
+        if (auto whole = digest_fd(mem.get()); whole && *whole != rec.digest) return tampered(*whole);
+      }
+      return make_error("pull " + ref.str() + ": " + got.error().describe());
+    }
+    if (*got != rec.digest) return tampered(*got);
+    if (::chmod(staging.c_str(), 0755) != 0) return errno_error("chmod " + staging.string());
+    if (::rename(staging.c_str(), target.c_str()) != 0)
+      return errno_error("pull " + ref.str() + ": move the extracted pack to " + dest_in.string());
+    guard.keep = true;
+    return rec;
+  }
+
+  Result<PackRecord> get(const PackRef& ref) override {
+    auto r = request({{"op", "get"}, {"name", ref.name}, {"version", ref.version}}, [&](MoonBackend& b) -> Result<json> {
+      auto p = b.get(ref);
+      if (!p) return p.error();
+      return json{{"pack", to_json(*p)}};
+    });
+    if (!r) return r.error();
+    return pack_from_json((*r)["pack"]);
+  }
+
+  Result<std::vector<PackRecord>> list() override {
+    auto r = request({{"op", "list"}}, [&](MoonBackend& b) -> Result<json> {
+      auto l = b.list();
+      if (!l) return l.error();
+      json arr = json::array();
+      for (const auto& p : *l) arr.push_back(to_json(p));
+      return json{{"packs", arr}};
+    });
+    if (!r) return r.error();
+    std::vector<PackRecord> out;
+    for (const auto& p : (*r)["packs"]) out.push_back(pack_from_json(p));
+    return out;
+  }
+
+  Result<std::optional<PackRecord>> find_by_digest(const std::string& digest) override {
+    auto r = request({{"op", "find_by_digest"}, {"digest", digest}}, [&](MoonBackend& b) -> Result<json> {
+      auto p = b.find_by_digest(digest);
+      if (!p) return p.error();
+      return json{{"pack", *p ? to_json(**p) : json(nullptr)}};
+    });
+    if (!r) return r.error();
+    if ((*r)["pack"].is_null()) return std::optional<PackRecord>();
+    return std::optional<PackRecord>(pack_from_json((*r)["pack"]));
+  }
+
+  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version) override {
+    auto r = request({{"op", "active_flag"}, {"name", name}, {"version", version}}, [&](MoonBackend& b) -> Result<json> {
+      auto f = b.active_flag(name, version);
+      if (!f) return f.error();
+      return json{{"flag", *f ? to_json(**f) : json(nullptr)}};
+    });
+    if (!r) return r.error();
+    if ((*r)["flag"].is_null()) return std::optional<FlagRecord>();
+    return std::optional<FlagRecord>(flag_from_json((*r)["flag"]));
+  }
+
+  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) override {
+    auto r = request({{"op", "flags"}, {"name", name}, {"version", version}}, [&](MoonBackend& b) -> Result<json> {
+      auto f = b.flags(name, version);
+      if (!f) return f.error();
+      json arr = json::array();
+      for (const auto& x : *f) arr.push_back(to_json(x));
+      return json{{"flags", arr}};
+    });
+    if (!r) return r.error();
+    std::vector<FlagRecord> out;
+    for (const auto& f : (*r)["flags"]) out.push_back(flag_from_json(f));
+    return out;
+  }
+
+  Result<int> unflag(const std::string& name, const std::string& version) override {
+    auto r = request({{"op", "unflag"}, {"name", name}, {"version", version}}, [&](MoonBackend& b) -> Result<json> {
+      auto n = b.unflag(name, version);
+      if (!n) return n.error();
+      return json{{"cleared", *n}};
+    });
+    if (!r) return r.error();
+    return r->value("cleared", 0);
+  }
+
+  Result<bool> flag(const std::string& name, const std::string& version, const std::string& run_id,
+                    const json& violation) override {
+    json req = {{"op", "flag"}, {"name", name}, {"version", version}, {"run_id", run_id}, {"violation", violation}};
+    auto r = request(req, [&](MoonBackend& b) -> Result<json> {
+      auto added = b.flag(name, version, run_id, violation);
+      if (!added) return added.error();
+      return json{{"added", *added}};
+    });
+    if (!r) return r.error();
+    return r->value("added", false);
+  }
+
+  Status append_events(std::span<const json> events) override {
+    json arr = json::array();
+    for (const auto& e : events) arr.push_back(e);
+    auto r = request({{"op", "append_events"}, {"events", std::move(arr)}}, [&](MoonBackend& b) -> Result<json> {
+      if (auto s = b.append_events(events); !s) return s.error();
+      return json::object();
+    });
+    if (!r) return r.error();
+    return {};
+  }
+
+  Result<std::vector<StoredEvent>> query_events(const EventQuery& q) override {
+    auto s = session();
+    if (!s) return s.error();
+    if (!*s) return fallback_->query_events(q);
+    Session& session = **s;
+    if (auto st = session.conn.send({{"op", "query_events"}, {"query", to_json(q)}}); !st) return st.error();
+    std::vector<StoredEvent> out;
+    for (;;) {
+      auto reply = receive(session);
+      if (!reply) return reply.error();
+      for (const auto& e : (*reply)["events"]) out.push_back(event_from_json(e));
+      if (!reply->value("more", false)) break;
+    }
+    return out;
+  }
+
+  Result<MoonStatus> status() override {
+    auto s = session();
+    if (!s) return s.error();
+    if (!*s) return fallback_->status();
+    auto r = call(**s, {{"op", "status"}});
+    if (!r) return r.error();
+    return status_from_json((*r)["status"]);
+  }
+
+ private:
+  // A connected session, or nullptr (with fallback_ ready) when the daemon is gone and a
+  // fallback home was given.
+  Result<std::unique_ptr<Session>> session() {
+    if (fallback_) return std::unique_ptr<Session>();
+    auto fd = dial(socket_);
+    if (fd) return std::make_unique<Session>(std::move(fd.value()));
+    const int e = fd.error().err;
+    if (fallback_home_ && (e == ECONNREFUSED || e == ENOENT)) {
+      auto emb = open_embedded(*fallback_home_);
+      if (!emb) return emb.error();
+      fallback_ = std::move(emb.value());
+      return std::unique_ptr<Session>();
+    }
+    return make_error("the Moon daemon at " + socket_.string() + " does not answer: " + fd.error().describe());
+  }
+
+  static Result<json> receive(Session& s) {
+    auto reply = s.conn.receive();
+    if (!reply) {
+      if (reply.error().message == "eof") return make_error("the Moon daemon closed the connection without an answer");
+      return reply.error();
+    }
+    if (!reply->value("ok", false)) return wire::reply_error(*reply);
+    return reply;
+  }
+
+  // One request with a JSON reply; `local` runs the same operation on the fallback.
+  template <typename Local>
+  Result<json> request(const json& req, Local&& local) {
+    auto s = session();
+    if (!s) return s.error();
+    if (!*s) return local(*fallback_);
+    return call(**s, req);
+  }
+
+  fs::path socket_;
+  std::optional<fs::path> fallback_home_;
+  std::unique_ptr<MoonBackend> fallback_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<MoonBackend>> open_remote(const fs::path& socket, std::optional<fs::path> fallback_home) {
+  auto m = std::make_unique<RemoteMoon>(socket, std::move(fallback_home));
+  if (auto s = m->hello(); !s) return s.error();
+  return std::unique_ptr<MoonBackend>(std::move(m));
+}
+
+}  // namespace soyaos::moon
