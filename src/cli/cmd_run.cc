@@ -7,8 +7,10 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/run_cache.h"
 #include "cli/run_moon.h"
 #include "moon/store.h"
+#include "scope/events.h"
 #include "supervisor/run.h"
 
 namespace soyaos::cli {
@@ -78,13 +80,6 @@ void run(const RunArgs& a, CliContext& ctx) {
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }
-  auto hooks = moon_run_hooks(*home);
-  if (!hooks) {
-    std::fprintf(stderr, "soyaos: moon: %s\n", hooks.error().describe().c_str());
-    ctx.exit_code = supervisor::kExitSetup;
-    return;
-  }
-  req.hooks = std::move(hooks.value());
   if (!a.input.empty()) req.options.input = a.input;
   if (!a.out.empty()) req.options.out = a.out;
   req.options.mounts = a.mounts;
@@ -96,8 +91,26 @@ void run(const RunArgs& a, CliContext& ctx) {
       req.event_files.push_back(e);
     }
   }
-  // --no-cache: results are not cached by this build yet, so every run starts a Comet.
+  // ---- result cache (C10, docs/tiers-and-cache.md) ----
+  // The run id is chosen here so that a replay and a run share it (events, ./soyaos-out).
+  req.options.run_id = scope::new_run_id();
+  auto cache = RunCache::prepare(*home, req, a.no_cache);
+  if (auto replayed = cache.replay(req)) {
+    ctx.exit_code = *replayed;
+    return;
+  }
+  cache.arm(req);
+  // ---- end result cache ----
+  // After the cache: a replay needs none of the registry (hooks are for a real run).
+  auto hooks = moon_run_hooks(*home);
+  if (!hooks) {
+    std::fprintf(stderr, "soyaos: moon: %s\n", hooks.error().describe().c_str());
+    ctx.exit_code = supervisor::kExitSetup;
+    return;
+  }
+  req.hooks = std::move(hooks.value());
   auto report = supervisor::run_pack(req);
+  cache.store(report);  // result cache: after the run's events are stored
   if (!report.error.empty()) {
     std::fprintf(stderr, "soyaos: %s\n", report.error.c_str());
   }

@@ -28,6 +28,7 @@ void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.
 void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
 void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
+void register_cache_commands(CLI::App& app, CliContext& ctx);  // cmd_cache.cc: the `cache` group
 void register_moon_serve_commands(CLI::App& moon, CliContext& ctx);  // cmd_moon_serve.cc: moon serve, moon status
 void register_moon_commands(CLI::App& app, CliContext& ctx);   // cmd_moon.cc: the `moon` group (check)
 

@@ -30,6 +30,7 @@ int run_cli(int argc, char** argv) {
   register_run_command(app, ctx);
   register_scope_commands(app, ctx);
   register_doctor_command(app, ctx);
+  register_cache_commands(app, ctx);
   register_moon_commands(app, ctx);
 
   try {

@@ -1,0 +1,253 @@
+#include "cli/run_cache.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+
+#include "common/digest.h"
+#include "manifest/manifest.h"
+#include "moon/cache.h"
+#include "moon/store.h"
+#include "policy/policy.h"
+#include "scope/events.h"
+
+namespace soyaos::cli {
+namespace fs = std::filesystem;
+
+struct RunCache::State {
+  bool active = false;
+  std::string key;
+  bool provable = false;
+  std::string pack, version, pack_digest, run_id;
+  fs::path out_dir;
+  bool out_writable = false;
+  std::vector<std::string> event_files;
+  bool events_to_stdout = false;
+  std::optional<moon::ResultCache> cache;
+  std::optional<moon::Store> moon;
+};
+
+namespace {
+
+void warn(const std::string& what) { std::fprintf(stderr, "soyaos: cache: %s\n", what.c_str()); }
+
+std::string hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+// Writes all of `data` to fd (the replayed output); a closed reader (EPIPE) is not ours
+// to report, as with a live run's relay.
+void write_fd(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = ::write(fd, data.data() + off, data.size() - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    off += static_cast<size_t>(w);
+  }
+}
+
+// The operator's Moon configuration shapes what an egress pack can reach (C6a), so it is
+// part of such a pack's key. Its bytes as they are ("none" when there is no file).
+std::string operator_config_digest(const fs::path& home) {
+  fs::path config = home / "moon.yaml";
+  if (const char* c = std::getenv("SOYAOS_MOON_CONFIG"); c != nullptr && *c != '\0') config = c;
+  std::error_code ec;
+  if (!fs::exists(config, ec)) return "none";
+  auto d = moon::input_digest(config);
+  return d ? *d : "unreadable";
+}
+
+// The run's own statuses and signals: an agent exiting with one of these looks like a
+// failed run, so it is never cached (C9: 124 timeout, 125 setup, 126 exec, 137 memory).
+constexpr int kFirstUncachedStatus = 124;
+
+}  // namespace
+
+RunCache::RunCache(std::unique_ptr<State> s) : s_(std::move(s)) {}
+RunCache::RunCache(RunCache&&) noexcept = default;
+RunCache& RunCache::operator=(RunCache&&) noexcept = default;
+RunCache::~RunCache() = default;
+
+RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& req, bool no_cache) {
+  auto s = std::make_unique<State>();
+  if (no_cache) return RunCache(std::move(s));
+  // An invalid manifest or options: run_pack reports them; the cache stays out of the way.
+  auto loaded = manifest::load_pack(req.pack_dir);
+  if (!loaded.manifest) return RunCache(std::move(s));
+  const auto& m = *loaded.manifest;
+  auto eligible = moon::cache_eligibility(m, !req.options.mounts.empty());
+  if (!eligible.cacheable) return RunCache(std::move(s));
+  auto policy = policy::compile_policy(m, req.options);
+  if (!policy) return RunCache(std::move(s));
+  // The replayed tree goes where the run would collect it, and only into a fresh place:
+  // a non-empty --out would mix old files into what is stored, or differ from a run.
+  std::error_code ec;
+  if (fs::exists(policy->out_host_dir, ec) &&
+      (!fs::is_directory(policy->out_host_dir, ec) || !fs::is_empty(policy->out_host_dir, ec))) {
+    return RunCache(std::move(s));
+  }
+  auto max = moon::ResultCache::configured_max();
+  if (!max) {
+    warn(max.error().describe());
+    return RunCache(std::move(s));
+  }
+  auto cache = moon::ResultCache::open(home, *max);
+  if (!cache) {
+    warn(cache.error().describe() + "; running without the cache");
+    return RunCache(std::move(s));
+  }
+  auto pack_digest = tree_digest(req.pack_dir);
+  if (!pack_digest) return RunCache(std::move(s));
+  moon::CacheKeyParts parts;
+  parts.pack_digest = *pack_digest;
+  parts.input_digest = "none";
+  if (req.options.input) {
+    auto d = moon::input_digest(*req.options.input);
+    if (!d) return RunCache(std::move(s));  // run_pack says what is wrong with --input
+    parts.input_digest = *d;
+  }
+  parts.args = req.options.extra_args;
+  if (m.agent.runtime == manifest::Runtime::native) {
+    // The executable is the pack's own entry point: the pack digest covers it.
+    parts.interpreter = "native";
+    parts.interpreter_digest = "none";
+  } else {
+    // The runtime layer binds the host's interpreter at the same path (policy.cc).
+    parts.interpreter = policy->executable;
+    auto id = cache->file_identity(policy->executable);
+    if (!id) {
+      warn(id.error().describe() + "; running without the cache");
+      return RunCache(std::move(s));
+    }
+    parts.interpreter_digest = *id;
+  }
+  if (!m.capabilities.egress.empty()) parts.operator_config = operator_config_digest(home);
+
+  // A flagged version (C8 (4)) is run, never replayed: its runs must warn and emit
+  // pack_flagged, which the run's own Moon hooks do.
+  auto moon_store = moon::Store::open(home);
+  if (!moon_store) {
+    warn(moon_store.error().describe() + "; running without the cache");
+    return RunCache(std::move(s));
+  }
+  auto flags = moon_store->flags(m.name, m.version);
+  if (!flags) {
+    warn(flags.error().describe() + "; running without the cache");
+    return RunCache(std::move(s));
+  }
+  for (const auto& f : *flags) {
+    if (f.active) return RunCache(std::move(s));
+  }
+
+  s->active = true;
+  s->key = moon::cache_key(parts);
+  s->provable = eligible.provable;
+  s->pack = m.name;
+  s->version = m.version;
+  s->pack_digest = *pack_digest;
+  s->run_id = req.options.run_id;
+  s->out_dir = policy->out_host_dir;
+  s->out_writable = policy->out_writable;
+  s->event_files = req.event_files;
+  s->events_to_stdout = req.events_to_stdout;
+  s->cache.emplace(std::move(cache.value()));
+  s->moon.emplace(std::move(moon_store.value()));
+  return RunCache(std::move(s));
+}
+
+std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
+  if (!s_->active) return std::nullopt;
+  bool corrupt = false;
+  auto hit = s_->cache->lookup(s_->key, &corrupt);
+  if (!hit) {
+    warn(hit.error().describe() + "; running");
+    return std::nullopt;
+  }
+  if (corrupt) warn("entry " + s_->key.substr(0, 12) + " failed verification and was removed; running");
+  if (!*hit) {
+    (void)s_->cache->count_miss();
+    return std::nullopt;
+  }
+  const moon::CacheHit& h = **hit;
+  // Sinks first: a bad --events file fails the run (125) before anything is replayed.
+  scope::EventSink sink;
+  for (const auto& f : s_->event_files) {
+    if (auto st = sink.add_file(f); !st) {
+      std::fprintf(stderr, "soyaos: %s\n", st.error().describe().c_str());
+      return supervisor::kExitSetup;
+    }
+  }
+  if (s_->events_to_stdout) sink.add_stdout();
+  uint64_t files = 0, bytes = 0;
+  if (h.has_out_dir) {
+    if (auto st = s_->cache->materialise_out(h, s_->out_dir); !st) {
+      warn(st.error().err == EBADMSG ? "entry " + s_->key.substr(0, 12) + " failed verification and was removed; running"
+                                     : st.error().describe() + "; running");
+      return std::nullopt;
+    }
+    for (const auto& n : h.tree) {
+      if (n.dir) continue;
+      ++files;
+      bytes += n.size;
+    }
+  }
+  write_fd(STDOUT_FILENO, h.out);
+  write_fd(STDERR_FILENO, h.err);
+  scope::RunContext ctx{hostname(), s_->run_id, s_->pack, s_->version, s_->pack_digest};
+  nlohmann::ordered_json data = {{"key", s_->key},
+                                 {"original_run_id", h.run_id},
+                                 {"provable", h.provable},
+                                 {"stored_at", h.stored_at},
+                                 {"exit_code", h.exit_code}};
+  if (h.has_out_dir) data["outputs"] = {{"files", files}, {"bytes", bytes}, {"dir", s_->out_dir.string()}};
+  auto event = scope::make_event(ctx, "cache_hit", std::move(data));
+  // E4: the replay reports its status only once its event is durable.
+  Status st = sink.emit(event);
+  if (st) st = sink.flush();
+  if (st) st = s_->moon->append_events(std::span<const nlohmann::ordered_json>(&event, 1));
+  if (!st) {
+    std::fprintf(stderr, "soyaos: events: %s\n", st.error().describe().c_str());
+    return supervisor::kExitSetup;
+  }
+  (void)s_->cache->touch(s_->key);  // LRU bookkeeping only
+  return h.exit_code;
+}
+
+void RunCache::arm(supervisor::RunRequest& request) const {
+  if (!s_->active) return;
+  request.capture_output = true;
+  request.tee_output = true;
+}
+
+void RunCache::store(const supervisor::RunReport& r) {
+  if (!s_->active) return;
+  // Only a clean, complete run: no violation (C10), no timeout, signal or setup failure,
+  // nothing the collection had to skip, no output past the capture bound.
+  if (!r.error.empty() || !r.violations.empty()) return;
+  if (r.outcome.ending != supervisor::Ending::exited || r.exit_code != r.outcome.status) return;
+  if (r.exit_code < 0 || r.exit_code >= kFirstUncachedStatus) return;
+  if (!r.captured.enabled || r.captured.out_dropped != 0 || r.captured.err_dropped != 0) return;
+  if (!r.outputs.skipped.empty()) return;
+  moon::CacheStoreRequest req;
+  req.key = s_->key;
+  req.pack = s_->pack;
+  req.version = s_->version;
+  req.pack_digest = s_->pack_digest;
+  req.run_id = r.run_id;
+  req.provable = s_->provable;
+  req.exit_code = r.exit_code;
+  req.out = r.captured.out;
+  req.err = r.captured.err;
+  if (s_->out_writable) req.out_dir = fs::path(r.out_dir);
+  if (auto stored = s_->cache->store(req); !stored) warn("result not stored: " + stored.error().describe());
+}
+
+}  // namespace soyaos::cli
