@@ -887,7 +887,11 @@ Result<bool> ResultCache::store(const CacheStoreRequest& r) {
     if (auto ex = CacheLock::take(dir_, true); ex) (void)collect_garbage();
     return stored.error();
   }
-  if (!*stored) return false;
+  if (!*stored) {
+    // Lost a race to an identical run: our manifest (its own stored_at) is unreferenced.
+    if (auto ex = CacheLock::take(dir_, true); ex) (void)collect_garbage();
+    return false;
+  }
   if (auto evicted = evict_to(max_bytes_); !evicted) return evicted.error();
   return true;
 }
