@@ -2,8 +2,17 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include <cstdlib>
 #include <fstream>
@@ -68,6 +77,97 @@ const std::string& test_home() {
   return path;
 }
 
+// Daemon mode (SOYAOS_TEST_MOON_DAEMON=1, the `daemon.` copies of the Moon suites): every
+// SOYAOS_HOME a test uses gets a `soyaos moon serve` of its own (socket HOME/moon.sock),
+// started on first use, and the commands get SOYAOS_MOON_SOCKET pointing at it, so they
+// go through the daemon or fail (never a silent fallback). A home the daemon cannot open
+// (a file, a corrupt moon.db) gets no daemon: those commands use the embedded Moon.
+class MoonDaemons {
+ public:
+  ~MoonDaemons() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [home, pid] : pids_) stop(pid);
+  }
+  // The socket of HOME's daemon, "" when none could be started.
+  std::string socket_for(const std::string& home) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string sock = home + "/moon.sock";
+    auto it = pids_.find(home);
+    if (it != pids_.end()) {
+      int status = 0;
+      if (it->second > 0 && ::waitpid(it->second, &status, WNOHANG) == 0) return sock;
+      pids_.erase(it);
+    }
+    // Daemons of homes that tests removed since are not needed any more.
+    for (auto i = pids_.begin(); i != pids_.end();) {
+      std::error_code ec;
+      if (!std::filesystem::exists(i->first, ec)) {
+        stop(i->second);
+        i = pids_.erase(i);
+      } else {
+        ++i;
+      }
+    }
+    std::error_code ec;
+    if (std::filesystem::exists(home, ec) && !std::filesystem::is_directory(home, ec)) return "";
+    pid_t pid = ::fork();
+    if (pid < 0) return "";
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int devnull = ::open("/dev/null", O_RDWR);
+      ::dup2(devnull, STDIN_FILENO);
+      ::dup2(devnull, STDOUT_FILENO);
+      ::dup2(devnull, STDERR_FILENO);
+      ::setenv("SOYAOS_HOME", home.c_str(), 1);
+      ::unsetenv("SOYAOS_MOON_SOCKET");
+      ::execl(SOYAOS_BIN, SOYAOS_BIN, "moon", "serve", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 500; ++i) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) return "";  // could not start
+      if (answers(sock)) {
+        pids_[home] = pid;
+        return sock;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    stop(pid);
+    return "";
+  }
+
+ private:
+  static bool answers(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof addr.sun_path) return false;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    return ok;
+  }
+  static void stop(pid_t pid) {
+    if (pid <= 0) return;
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 500; ++i) {
+      if (::waitpid(pid, &status, WNOHANG) != 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  std::mutex mu_;
+  std::map<std::string, pid_t> pids_;
+};
+
+bool moon_daemon_mode() {
+  const char* v = std::getenv("SOYAOS_TEST_MOON_DAEMON");
+  return v != nullptr && std::string(v) == "1" && !rootless_mode();
+}
+
 }  // namespace
 
 bool rootless_mode() {
@@ -96,6 +196,17 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
     std::filesystem::permissions(home, std::filesystem::perms::all);
     std::erase_if(env_strings, [](const std::string& e) { return e.rfind("SOYAOS_HOME=", 0) == 0; });
     env_strings.push_back("SOYAOS_HOME=" + home);
+  }
+  if (moon_daemon_mode() && env.count("SOYAOS_MOON_SOCKET") == 0 &&
+      !(args.size() >= 2 && args[0] == "moon" && args[1] == "serve")) {
+    std::string home;
+    for (const auto& e : env_strings) {
+      if (e.rfind("SOYAOS_HOME=", 0) == 0) home = e.substr(12);
+    }
+    static MoonDaemons daemons;
+    const std::string sock = home.empty() ? std::string() : daemons.socket_for(home);
+    std::erase_if(env_strings, [](const std::string& e) { return e.rfind("SOYAOS_MOON_SOCKET=", 0) == 0; });
+    if (!sock.empty()) env_strings.push_back("SOYAOS_MOON_SOCKET=" + sock);
   }
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());

@@ -1,0 +1,411 @@
+// `soyaos moon serve` / `soyaos moon status` and every Moon command through the daemon
+// (docs/moon.md "Daemon mode"): the daemon is a real `soyaos moon serve` child process with
+// its own home; the client commands get another SOYAOS_HOME, so anything that went to an
+// embedded Moon instead of the daemon would be missing from what the daemon stores.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/digest.h"
+#include "harness.h"
+
+extern char** environ;
+
+namespace soyaos::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty()) out.push_back(l);
+  }
+  return out;
+}
+
+// A `soyaos moon serve` child process.
+class Daemon {
+ public:
+  Daemon() = default;
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  ~Daemon() { kill(SIGKILL); }
+
+  // Starts `soyaos moon serve ARGS...` with SOYAOS_HOME=home; stderr goes to `log`.
+  void start(const std::string& home, const std::vector<std::string>& args, const fs::path& log) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string s = *e;
+      if (s.rfind("SOYAOS_HOME=", 0) == 0 || s.rfind("SOYAOS_MOON_SOCKET=", 0) == 0) continue;
+      env.push_back(s);
+    }
+    env.push_back("SOYAOS_HOME=" + home);
+    std::vector<std::string> argv = {SOYAOS_BIN, "moon", "serve"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = ::fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      int in = ::open("/dev/null", O_RDONLY);
+      ::dup2(in, 0);
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+      std::vector<char*> a, e;
+      for (auto& s : argv) a.push_back(s.data());
+      a.push_back(nullptr);
+      for (auto& s : env) e.push_back(s.data());
+      e.push_back(nullptr);
+      ::execve(a[0], a.data(), e.data());
+      ::_exit(127);
+    }
+  }
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  // The exit status once it ended (waits up to `seconds`), -1 if it is still running.
+  int wait(int seconds) {
+    for (int i = 0; i < seconds * 50; ++i) {
+      int status = 0;
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  void kill(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    if (sig == SIGKILL) (void)wait(10);
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+class MoonDaemon : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_home_ = (dir_.path() / "daemon-home").string();
+    client_home_ = (dir_.path() / "client-home").string();
+    socket_ = (dir_.path() / "moon.sock").string();
+    log_ = dir_.path() / "daemon.log";
+    start_daemon(daemon_home_, {"--socket", socket_});
+  }
+  void TearDown() override {
+    if (daemon_.pid() > 0) {
+      daemon_.kill(SIGTERM);
+      EXPECT_EQ(daemon_.wait(15), 0) << read_file(log_);
+    }
+  }
+  void start_daemon(const std::string& home, std::vector<std::string> args) {
+    daemon_.start(home, args, log_);
+    std::string sock = socket_;
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == "--socket") sock = args[i + 1];
+    }
+    if (args.empty() || std::find(args.begin(), args.end(), "--socket") == args.end()) sock = home + "/moon.sock";
+    for (int i = 0; i < 500; ++i) {
+      auto r = run_soyaos({"moon", "status", "--format", "json"}, {{"SOYAOS_HOME", home}, {"SOYAOS_MOON_SOCKET", sock}});
+      if (r.exit_code == 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL() << "the daemon did not answer: " << read_file(log_);
+  }
+  // A client command through the daemon (SOYAOS_MOON_SOCKET), with its own home.
+  RunOutput soyaos(const std::vector<std::string>& args, std::map<std::string, std::string> env = {}) {
+    env.emplace("SOYAOS_HOME", client_home_);
+    env.emplace("SOYAOS_MOON_SOCKET", socket_);
+    return run_soyaos(args, env, dir_.path());
+  }
+  RunOutput run(const std::string& pack, const std::vector<std::string>& action, const std::string& out = "out") {
+    std::vector<std::string> args = {"run", pack, "--no-cache", "--out", (dir_.path() / out).string(), "--"};
+    args.insert(args.end(), action.begin(), action.end());
+    return soyaos(args);
+  }
+  std::vector<json> stored(const std::vector<std::string>& filter) {
+    std::vector<std::string> args = {"scope", "query", "--format", "json", "--limit", "0"};
+    args.insert(args.end(), filter.begin(), filter.end());
+    auto r = soyaos(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<json> out;
+    for (const auto& l : lines(r.out)) out.push_back(json::parse(l));
+    return out;
+  }
+  static std::string run_id_of(const RunOutput& r) {
+    auto pos = r.err.find("run ");
+    return pos == std::string::npos ? "" : r.err.substr(pos + 4, 26);
+  }
+  // The client never opened an embedded Moon of its own.
+  void expect_client_home_unused() {
+    EXPECT_FALSE(fs::exists(fs::path(client_home_) / "moon.db")) << "a command used the embedded Moon";
+  }
+
+  TempDir dir_;
+  std::string daemon_home_, client_home_, socket_;
+  fs::path log_;
+  Daemon daemon_;
+};
+
+TEST_F(MoonDaemon, StatusNamesTheDaemonAndTheSocketIsPrivate) {
+  auto r = soyaos({"moon", "status", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json st = json::parse(r.out);
+  EXPECT_EQ(st["mode"], "daemon");
+  EXPECT_EQ(st["socket"], socket_);
+  EXPECT_EQ(st["home"], daemon_home_);
+  EXPECT_EQ(st["pid"], daemon_.pid());
+  EXPECT_EQ(st["packs"], 0);
+  EXPECT_EQ(st["events"], 0);
+  r = soyaos({"moon", "status"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("mode:     daemon at " + socket_), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pid:      " + std::to_string(daemon_.pid())), std::string::npos) << r.out;
+  struct stat st_sock {};
+  ASSERT_EQ(::lstat(socket_.c_str(), &st_sock), 0);
+  EXPECT_TRUE(S_ISSOCK(st_sock.st_mode));
+  EXPECT_EQ(st_sock.st_mode & 07777, 0600u);
+  expect_client_home_unused();
+}
+
+TEST_F(MoonDaemon, PushListInspectPullThroughTheDaemon) {
+  const std::string src = dir_.copy_from_source("examples/hello-report", "src").string();
+  auto r = soyaos({"pack", "push", src});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.out.rfind("pushed  hello-report@1.0.0  sha256:", 0), 0u) << r.out;
+  const std::string digest = r.out.substr(r.out.find("sha256:"), 71);
+  r = soyaos({"pack", "push", src});
+  EXPECT_EQ(r.out, "already pushed  hello-report@1.0.0  " + digest + "\n");
+  // The daemon's home has it: the pack went over the socket.
+  EXPECT_TRUE(fs::exists(fs::path(daemon_home_) / "oci/blobs/sha256" / digest.substr(7)));
+
+  r = soyaos({"pack", "list"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello-report@1.0.0  " + digest + "\n");
+  r = soyaos({"pack", "inspect", "hello-report@1.0.0", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["tree_digest"], tree_digest(src).value());
+
+  const fs::path out = dir_.path() / "pulled";
+  r = soyaos({"pack", "pull", "hello-report@1.0.0", "-o", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "pulled  hello-report@1.0.0  " + digest + "  -> " + out.string() + "\n");
+  for (const auto& e : fs::recursive_directory_iterator(src)) {
+    if (!e.is_regular_file()) continue;
+    EXPECT_EQ(read_file(e.path()), read_file(out / fs::relative(e.path(), src))) << e.path();
+  }
+  EXPECT_EQ(tree_digest(out).value(), tree_digest(src).value());
+  r = soyaos({"pack", "pull", "hello-report@1.0.0", "-o", out.string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not empty"), std::string::npos) << r.err;
+
+  // Same version, other content: refused by the daemon.
+  dir_.write("src/main.py", "print('changed')\n");
+  r = soyaos({"pack", "push", src});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("already in the registry with different content"), std::string::npos) << r.err;
+  // An invalid manifest: the diagnostics name the client's file, not the daemon's copy.
+  dir_.write("bad/soyapack.yaml", "soyapack: v0\nname: demo\n");
+  r = soyaos({"pack", "push", (dir_.path() / "bad").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find((dir_.path() / "bad" / "soyapack.yaml").string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("refused: the manifest is invalid"), std::string::npos) << r.err;
+  EXPECT_NE(soyaos({"pack", "inspect", "nope@1.0.0"}).err.find("nope@1.0.0 is not in the registry"), std::string::npos);
+
+  // A tampered blob: the client checks the digest of what the daemon sends.
+  const fs::path blob = fs::path(daemon_home_) / "oci/blobs/sha256" / digest.substr(7);
+  std::string bytes = read_file(blob);
+  bytes[bytes.size() / 2] ^= 1;
+  dir_.write("tampered", bytes);
+  fs::rename(dir_.path() / "tampered", blob);
+  r = soyaos({"pack", "pull", "hello-report@1.0.0", "-o", (dir_.path() / "t").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tampered"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "t"));
+  expect_client_home_unused();
+}
+
+TEST_F(MoonDaemon, ARunsEventsAndFlagGoThroughTheDaemon) {
+  const fs::path pack = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  ASSERT_EQ(soyaos({"pack", "push", pack.string()}).exit_code, 0);
+  auto bad = run(pack.string(), {"read", "/etc/shadow"});
+  ASSERT_EQ(bad.exit_code, 3) << bad.err;
+  const std::string run_id = run_id_of(bad);
+  // Visible from another process, through the daemon...
+  auto events = stored({"--run", run_id});
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0]["type"], "run_started");
+  EXPECT_EQ(events[1]["type"], "capability_violation");
+  EXPECT_EQ(events[1]["data"]["resource"], "/etc/shadow");
+  EXPECT_EQ(events[2]["type"], "run_finished");
+  // ... and stored in the daemon's home: the embedded Moon of that home sees them too.
+  auto direct = run_soyaos({"scope", "query", "--run", run_id, "--format", "json"},
+                           {{"SOYAOS_HOME", daemon_home_}, {"SOYAOS_MOON_SOCKET", ""}});
+  EXPECT_EQ(lines(direct.out).size(), 3u) << direct.err;
+  // The flag: the next run warns and emits pack_flagged.
+  auto next = run(pack.string(), {"exit", "0"});
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_NE(next.err.find("comet-probe@0.1.0 is flagged"), std::string::npos) << next.err;
+  auto flagged = stored({"--type", "pack_flagged"});
+  ASSERT_EQ(flagged.size(), 1u);
+  EXPECT_EQ(flagged[0]["data"]["flagged_by_run"], run_id);
+  auto inspect = soyaos({"pack", "inspect", "comet-probe@0.1.0"});
+  EXPECT_NE(inspect.out.find("/etc/shadow"), std::string::npos) << inspect.out;
+  EXPECT_NE(soyaos({"pack", "list"}).out.find("[flagged]"), std::string::npos);
+  // unflag through the daemon clears it.
+  auto u = soyaos({"pack", "unflag", "comet-probe@0.1.0"});
+  EXPECT_EQ(u.out, "unflagged  comet-probe@0.1.0  (1 flag cleared)\n") << u.err;
+  EXPECT_EQ(run(pack.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
+  // NAME@VERSION from the daemon's registry (extracted into the client's run cache).
+  fs::remove_all(pack);
+  auto byname = run("comet-probe@0.1.0", {"read", "/workdir/probe.py"});
+  EXPECT_EQ(byname.exit_code, 0) << byname.err;
+  EXPECT_NE(byname.out.find("RESULT ok"), std::string::npos) << byname.out;
+  EXPECT_EQ(run("comet-probe@9.9.9", {"exit", "0"}).exit_code, 125);
+  EXPECT_FALSE(fs::exists(fs::path(client_home_) / "moon.db"));
+}
+
+TEST_F(MoonDaemon, TwentyParallelRunsLoseNoEvent) {
+  const fs::path pack = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  constexpr int kRuns = 20;
+  std::vector<RunOutput> results(kRuns);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRuns; ++i) {
+    threads.emplace_back([&, i] { results[i] = run(pack.string(), {"read", "/etc/shadow"}, "out" + std::to_string(i)); });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> run_ids;
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    run_ids.insert(run_id_of(r));
+  }
+  ASSERT_EQ(run_ids.size(), static_cast<size_t>(kRuns));
+  auto events = stored({"--pack", "comet-probe"});
+  EXPECT_EQ(events.size(), 3u * kRuns);
+  std::map<std::string, std::vector<std::string>> by_run;
+  for (const auto& e : events) by_run[e["data"]["run_id"]].push_back(e["type"]);
+  for (const auto& id : run_ids) {
+    EXPECT_EQ(by_run[id], (std::vector<std::string>{"run_started", "capability_violation", "run_finished"})) << id;
+  }
+  auto st = json::parse(soyaos({"moon", "status", "--format", "json"}).out);
+  EXPECT_EQ(st["events"], 3 * kRuns);
+  expect_client_home_unused();
+}
+
+TEST_F(MoonDaemon, AnExplicitSocketThatDoesNotAnswerIsAClearError) {
+  const std::string nothing = (dir_.path() / "nothing.sock").string();
+  const std::map<std::string, std::string> env = {{"SOYAOS_MOON_SOCKET", nothing}};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"pack", "list"}, std::vector<std::string>{"scope", "query"},
+        std::vector<std::string>{"moon", "status"}}) {
+    auto r = soyaos(args, env);
+    EXPECT_EQ(r.exit_code, 1) << args[0];
+    EXPECT_NE(r.err.find("the Moon daemon at " + nothing + " (SOYAOS_MOON_SOCKET) does not answer"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  const fs::path pack = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  auto r = soyaos({"run", pack.string(), "--no-cache", "--out", (dir_.path() / "o").string(), "--", "write",
+                   "/workdir/out/ran"},
+                  env);
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_NE(r.err.find("SOYAOS_MOON_SOCKET"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "o" / "ran"));
+  expect_client_home_unused();
+}
+
+TEST_F(MoonDaemon, ASecondDaemonOnTheSameSocketIsRefused) {
+  Daemon second;
+  const fs::path log2 = dir_.path() / "second.log";
+  second.start(daemon_home_, {"--socket", socket_}, log2);
+  EXPECT_EQ(second.wait(10), 1);
+  EXPECT_NE(read_file(log2).find("a Moon daemon already answers on " + socket_), std::string::npos) << read_file(log2);
+  // The first one still answers.
+  EXPECT_EQ(soyaos({"moon", "status"}).exit_code, 0);
+}
+
+TEST_F(MoonDaemon, SigtermRemovesTheSocket) {
+  daemon_.kill(SIGTERM);
+  EXPECT_EQ(daemon_.wait(15), 0) << read_file(log_);
+  EXPECT_FALSE(fs::exists(socket_));
+}
+
+TEST_F(MoonDaemon, AKilledDaemonFallsBackToEmbeddedOnlyWithoutAnExplicitSocket) {
+  // A daemon on the home's default socket, used by plain commands (no SOYAOS_MOON_SOCKET).
+  daemon_.kill(SIGTERM);
+  ASSERT_EQ(daemon_.wait(15), 0);
+  const std::string home = daemon_home_;
+  const std::string sock = home + "/moon.sock";
+  start_daemon(home, {});
+  const std::map<std::string, std::string> plain = {{"SOYAOS_HOME", home}, {"SOYAOS_MOON_SOCKET", ""}};
+  auto st = run_soyaos({"moon", "status", "--format", "json"}, plain);
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  EXPECT_EQ(json::parse(st.out)["mode"], "daemon");
+  EXPECT_EQ(json::parse(st.out)["socket"], sock);
+  const std::string src = dir_.copy_from_source("examples/hello-report", "src").string();
+  ASSERT_EQ(run_soyaos({"pack", "push", src}, plain).exit_code, 0);
+
+  daemon_.kill(SIGKILL);  // the socket file stays behind
+  ASSERT_TRUE(fs::exists(sock));
+  // Not explicit: the embedded Moon of the same home, which has the pack.
+  st = run_soyaos({"moon", "status", "--format", "json"}, plain);
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  EXPECT_EQ(json::parse(st.out)["mode"], "embedded");
+  EXPECT_EQ(json::parse(st.out)["stale_socket"], sock);
+  auto list = run_soyaos({"pack", "list"}, plain);
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("hello-report@1.0.0"), std::string::npos);
+  // Explicit: a clear error, no fallback.
+  auto r = run_soyaos({"pack", "list"}, {{"SOYAOS_HOME", home}, {"SOYAOS_MOON_SOCKET", sock}});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not answer"), std::string::npos) << r.err;
+  // A new daemon replaces the stale socket.
+  start_daemon(home, {});
+  st = run_soyaos({"moon", "status", "--format", "json"}, plain);
+  EXPECT_EQ(json::parse(st.out)["mode"], "daemon");
+  EXPECT_EQ(json::parse(st.out)["packs"], 1);
+}
+
+TEST_F(MoonDaemon, GroupMakesTheSocket0660) {
+  group* g = ::getgrgid(::getegid());
+  ASSERT_NE(g, nullptr);
+  const std::string name = g->gr_name;
+  const std::string sock = (dir_.path() / "group.sock").string();
+  Daemon d;
+  d.start(daemon_home_, {"--socket", sock, "--group", name}, dir_.path() / "group.log");
+  for (int i = 0; i < 250 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  struct stat st {};
+  ASSERT_EQ(::lstat(sock.c_str(), &st), 0) << read_file(dir_.path() / "group.log");
+  EXPECT_EQ(st.st_mode & 07777, 0660u);
+  EXPECT_EQ(st.st_gid, ::getegid());
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(15), 0);
+  Daemon bad;
+  bad.start(daemon_home_, {"--socket", sock, "--group", "no-such-group-soyaos"}, dir_.path() / "bad.log");
+  EXPECT_EQ(bad.wait(10), 1);
+  EXPECT_NE(read_file(dir_.path() / "bad.log").find("no such group"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace soyaos::testing
