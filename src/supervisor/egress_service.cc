@@ -621,7 +621,7 @@ struct EgressService::Impl {
         }
       }
       if (conn->entry || conn->decision.any) {
-        conn->protocol = conn->decision.any ? "tcp" : "tcp";
+        conn->protocol = "tcp";
         resolve(conn);
         continue;
       }
@@ -1429,7 +1429,14 @@ struct EgressService::Impl {
 EgressService::EgressService(EgressPlan& plan, comet::NetworkFds fds, EgressCallbacks callbacks, EgressLimits limits)
     : impl_(std::make_unique<Impl>(plan, std::move(fds), std::move(callbacks), limits)) {}
 
-EgressService::~EgressService() { stop(); }
+EgressService::~EgressService() {
+  try {
+    stop();
+  } catch (...) {
+    // A destructor must not throw; stop() only fails on allocation failure while emitting
+    // the last events, and the run reports its events through the sink anyway.
+  }
+}
 
 Status EgressService::start() {
   if (auto s = impl_->setup(); !s) return s;

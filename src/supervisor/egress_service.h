@@ -33,7 +33,7 @@ struct EgressLimits {
   int head_timeout_ms = 10'000;        // for the ClientHello / request head to arrive
   int connect_timeout_ms = 10'000;     // upstream connect
   int idle_timeout_ms = 300'000;       // a relayed connection with no traffic either way
-  size_t pipe_bytes = 256 * 1024;      // splice pipe per direction (bounds memory)
+  size_t pipe_bytes = size_t{256} * 1024;      // splice pipe per direction (bounds memory)
 };
 
 struct EgressCallbacks {
