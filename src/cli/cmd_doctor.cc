@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "comet/landlock.h"
+#include "comet/network.h"
 #include "supervisor/run.h"
 
 namespace soyaos::cli {
@@ -53,6 +54,22 @@ Probe probe_seccomp() {
         return 0;
       },
       "filters with user notification");
+}
+
+// The egress layer (SPEC C6): lo, the veth pair, the nftables ruleset (redirect, NFLOG,
+// reject) and the stub/gateway sockets, in a fresh user+network namespace.
+Probe probe_network_layer() {
+  return in_child(
+      [] {
+        if (int err = try_unshare(CLONE_NEWNET); err != 0) return err;
+        auto fds = comet::setup_sandbox_network(comet::NetworkPlan{});
+        if (!fds) {
+          std::fprintf(stderr, "soyaos doctor: %s\n", fds.error().describe().c_str());
+          return fds.error().err == 0 ? EIO : fds.error().err;
+        }
+        return 0;
+      },
+      "nftables redirect + NFLOG + reject, veth, DNS stub and gateway sockets");
 }
 
 Probe probe_end_to_end() {
@@ -94,6 +111,7 @@ void doctor(CliContext& ctx) {
       {"uts namespace", in_child([] { return try_unshare(CLONE_NEWUTS); }, "")},
       {"network namespace", in_child([] { return try_unshare(CLONE_NEWNET); }, "")},
       {"cgroup namespace", in_child([] { return try_unshare(CLONE_NEWCGROUP); }, "")},
+      {"egress layer", probe_network_layer()},
       {"landlock", {abi >= 1, abi >= 1 ? "ABI " + std::to_string(abi) : "not available (kernel or boot lsm= list)"}},
       {"seccomp", probe_seccomp()},
       {"comet", probe_end_to_end()},
