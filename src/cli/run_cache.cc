@@ -10,7 +10,7 @@
 #include "common/digest.h"
 #include "manifest/manifest.h"
 #include "moon/cache.h"
-#include "moon/store.h"
+#include "moon/backend.h"
 #include "policy/policy.h"
 #include "scope/events.h"
 
@@ -27,7 +27,7 @@ struct RunCache::State {
   std::vector<std::string> event_files;
   bool events_to_stdout = false;
   std::optional<moon::ResultCache> cache;
-  std::optional<moon::Store> moon;
+  std::unique_ptr<moon::MoonBackend> moon;  // the daemon when one answers, else embedded
 };
 
 namespace {
@@ -133,12 +133,12 @@ RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& r
 
   // A flagged version (C8 (4)) is run, never replayed: its runs must warn and emit
   // pack_flagged, which the run's own Moon hooks do.
-  auto moon_store = moon::Store::open(home);
-  if (!moon_store) {
-    warn(moon_store.error().describe() + "; running without the cache");
+  auto moon_backend = moon::open_moon(home);
+  if (!moon_backend) {
+    warn(moon_backend.error().describe() + "; running without the cache");
     return RunCache(std::move(s));
   }
-  auto flags = moon_store->flags(m.name, m.version);
+  auto flags = (*moon_backend)->flags(m.name, m.version);
   if (!flags) {
     warn(flags.error().describe() + "; running without the cache");
     return RunCache(std::move(s));
@@ -159,7 +159,7 @@ RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& r
   s->event_files = req.event_files;
   s->events_to_stdout = req.events_to_stdout;
   s->cache.emplace(std::move(cache.value()));
-  s->moon.emplace(std::move(moon_store.value()));
+  s->moon = std::move(moon_backend.value());
   return RunCache(std::move(s));
 }
 
