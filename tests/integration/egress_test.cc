@@ -7,6 +7,7 @@
 // that the host-side server or sentinel saw nothing.
 // ctest runs every test twice: as root and (prefix `rootless.`) as nobody.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -76,6 +77,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The TLS server (net_servers.cc) writes with SSL_write/SSL_shutdown, which can raise
+// SIGPIPE in this process when the gateway or the proxy has already closed the upstream
+// socket (seen rootless through the proxy's CONNECT tunnel): a no-op handler turns that into
+// EPIPE for the server thread. A handler (unlike SIG_IGN) is reset by exec, so soyaos and
+// the agent keep the default disposition.
+void sigpipe_noop(int) {}
+[[maybe_unused]] const bool kSigpipeHandled = [] {
+  struct sigaction sa {};
+  sa.sa_handler = sigpipe_noop;
+  ::sigemptyset(&sa.sa_mask);
+  return ::sigaction(SIGPIPE, &sa, nullptr) == 0;
+}();
 
 // 198.18.0.0/15: where the DNS stub's fake per-name addresses live.
 bool is_fake_address(const std::string& a) {
@@ -790,6 +804,400 @@ TEST_F(EgressTest, HostAbstractUnixSocketIsUnreachable) {
   EXPECT_EQ(run.result.rfind("errno=", 0), 0u) << run.context();
   EXPECT_LT(::accept(fd, nullptr, nullptr), 0) << "a connection reached the host abstract socket";
   ::close(fd);
+}
+
+// ---- the Moon proxy (SPEC C7, issue #5) ---------------------------------------------------------
+//
+// The pack declares only {host: moon, port: 3128, protocol: moon-proxy}; the operator's
+// proxy.allow names web.test (http, the HttpServer's port) and tls.test (https, the
+// TlsEchoServer's port), both mapped to the host's loopback by dns.hosts.
+
+class EgressProxyTest : public EgressTest {
+ protected:
+  struct Allow {
+    std::string host;
+    int port;
+    std::string protocol;
+  };
+  void set_proxy_moon(const std::map<std::string, std::string>& hosts, const std::vector<Allow>& allow,
+                      const std::vector<std::string>& deny = {}) {
+    std::string y = moon_yaml(hosts, deny);
+    y += "proxy:\n  allow:";
+    if (allow.empty()) y += " []";
+    for (const auto& a : allow) {
+      y += "\n    - {host: \"" + a.host + "\", port: " + std::to_string(a.port) + ", protocol: " + a.protocol + "}";
+    }
+    y += "\n";
+    dir_.write("home/moon.yaml", y);
+  }
+  void set_proxy_pack() { set_egress({{"moon", 3128, "moon-proxy"}}); }
+
+  // A proxy refusal: the agent saw 403, the violation (surface network, EACCES) names the
+  // target and says "Moon proxy: ...".
+  static void expect_proxy_refusal(const ProbeRun& run, const std::string& result, const std::string& resource,
+                                   const std::string& detail_part = "") {
+    EXPECT_EQ(result, "http=403") << resource << "\n" << run.context();
+    EXPECT_EQ(run.output.exit_code, 3) << run.context();
+    json v = run.violation(resource);
+    ASSERT_FALSE(v.is_null()) << "no violation for " << resource << "\n" << run.context();
+    EXPECT_EQ(v["surface"], "network") << v.dump();
+    EXPECT_EQ(v["errno"], "EACCES") << v.dump();
+    EXPECT_EQ(v["pack"], "egress-probe") << v.dump();
+    EXPECT_EQ(v.value("detail", "").rfind("Moon proxy:", 0), 0u) << v.dump();
+    if (!detail_part.empty()) {
+      EXPECT_TRUE(contains(v.value("detail", ""), detail_part)) << v.dump();
+    }
+  }
+
+  static std::string lower(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
+};
+
+TEST_F(EgressProxyTest, PlainGetThroughTheProxyReachesTheHttpServerInOriginForm) {
+  HttpServer web;
+  TlsEchoServer tls;
+  set_proxy_moon({{"web.test", "127.0.0.1"}, {"tls.test", "127.0.0.1"}},
+                 {{"web.test", web.port(), "http"}, {"tls.test", tls.port(), "https"}});
+  set_proxy_pack();
+  const std::string p = std::to_string(web.port());
+  auto run = probe({"netsteps", "env_get HTTP_PROXY HTTPS_PROXY http_proxy https_proxy",
+                    "proxy_get http://web.test:" + p + "/", "proxy_raw http://web.test:" + p + "/raw?x=1"});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  EXPECT_EQ(run.results[0], "ok http://moon:3128,http://moon:3128,http://moon:3128,http://moon:3128")
+      << run.context();
+  EXPECT_EQ(run.results[1], "ok 200 hello from web.test:" + p) << run.context();
+  EXPECT_EQ(run.results[2], "ok 200 hello from web.test:" + p) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+
+  // The server saw origin form, Connection: close, no Proxy-* field.
+  ASSERT_TRUE(web.wait_served(2)) << web.describe();
+  auto rec = web.record();
+  ASSERT_EQ(rec.heads.size(), 2u) << web.describe();
+  EXPECT_EQ(rec.heads[0].rfind("GET / HTTP/1.1\r\n", 0), 0u) << rec.heads[0];
+  EXPECT_EQ(rec.heads[1].rfind("GET /raw?x=1 HTTP/1.1\r\n", 0), 0u) << rec.heads[1];
+  for (const auto& head : rec.heads) {
+    EXPECT_TRUE(contains(head, "\r\nConnection: close\r\n")) << head;
+    EXPECT_FALSE(contains(lower(head), "\r\nproxy-")) << head;
+    EXPECT_FALSE(contains(head, "c2VjcmV0")) << "the proxy credentials went upstream:\n" << head;
+    EXPECT_FALSE(contains(head, "http://")) << head;
+    EXPECT_TRUE(contains(head, "\r\nHost: web.test:" + p + "\r\n")) << head;
+  }
+  EXPECT_TRUE(contains(rec.heads[1], "\r\nX-Probe: raw\r\n")) << rec.heads[1];
+  EXPECT_EQ(tls.accepted(), 0) << tls.describe();
+
+  // egress_opened / egress_closed through the proxy: proxy.allow[0], via moon-proxy.
+  auto opened = run.of_type("egress_opened");
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(opened.size(), 2u) << run.context();
+  ASSERT_EQ(closed.size(), 2u) << run.context();
+  for (const auto& e : opened) {
+    const auto& d = e["data"];
+    EXPECT_EQ(d["via"], "moon-proxy") << d.dump();
+    EXPECT_EQ(d["entry"], "proxy.allow[0]") << d.dump();
+    EXPECT_EQ(d["host"], "web.test") << d.dump();
+    EXPECT_TRUE(same_port(d["port"], web.port())) << d.dump();
+    EXPECT_EQ(d["protocol"], "http") << d.dump();
+    EXPECT_TRUE(contains(d.value("address", ""), "127.0.0.1")) << d.dump();
+  }
+  for (const auto& e : closed) {
+    const auto& d = e["data"];
+    EXPECT_EQ(d["via"], "moon-proxy") << d.dump();
+    EXPECT_EQ(d["entry"], "proxy.allow[0]") << d.dump();
+    EXPECT_GT(d.value("bytes_out", 0), 20) << d.dump();
+    EXPECT_GT(d.value("bytes_in", 0), 20) << d.dump();
+  }
+  // The agent resolved only `moon` (via /etc/hosts): web.test never went to the stub.
+  for (const auto& e : run.of_type("dns_query")) EXPECT_NE(e["data"].value("name", ""), "web.test") << e.dump();
+}
+
+TEST_F(EgressProxyTest, ConnectTunnelsTlsWithTheEntrysSni) {
+  HttpServer web;
+  TlsEchoServer tls;
+  set_proxy_moon({{"web.test", "127.0.0.1"}, {"tls.test", "127.0.0.1"}},
+                 {{"web.test", web.port(), "http"}, {"tls.test", tls.port(), "https"}});
+  set_proxy_pack();
+  auto run = probe({"proxy_connect", "tls.test", std::to_string(tls.port()), "tls.test"});
+  expect_allowed(run, "ok ping");
+  ASSERT_TRUE(tls.wait_served(1)) << tls.describe();
+  auto rec = tls.record();
+  EXPECT_EQ(rec.accepted, 1);
+  ASSERT_EQ(rec.sni.size(), 1u);
+  EXPECT_EQ(rec.sni[0], "tls.test");
+  ASSERT_EQ(rec.data.size(), 1u);
+  EXPECT_EQ(rec.data[0], "ping");
+  EXPECT_EQ(web.accepted(), 0) << web.describe();
+  auto opened = run.of_type("egress_opened");
+  ASSERT_EQ(opened.size(), 1u) << run.context();
+  const auto& o = opened[0]["data"];
+  EXPECT_EQ(o["via"], "moon-proxy") << o.dump();
+  EXPECT_EQ(o["entry"], "proxy.allow[1]") << o.dump();
+  EXPECT_EQ(o["host"], "tls.test") << o.dump();
+  EXPECT_EQ(o["protocol"], "https") << o.dump();
+  EXPECT_TRUE(same_port(o["port"], tls.port())) << o.dump();
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(closed.size(), 1u) << run.context();
+  EXPECT_EQ(closed[0]["data"]["via"], "moon-proxy");
+  EXPECT_GT(closed[0]["data"].value("bytes_out", 0), 4) << closed[0].dump();
+  EXPECT_GT(closed[0]["data"].value("bytes_in", 0), 4) << closed[0].dump();
+}
+
+// docs/network.md, Events: egress_opened carries `sni` for https, as at the gateway. Through
+// the proxy the tunnel's ClientHello is checked after egress_opened was emitted, so the SNI
+// that was checked should appear on the connection's events (egress_opened or egress_closed).
+TEST_F(EgressProxyTest, ConnectTunnelEventsNameTheCheckedSni) {
+  TlsEchoServer tls;
+  set_proxy_moon({{"tls.test", "127.0.0.1"}}, {{"tls.test", tls.port(), "https"}});
+  set_proxy_pack();
+  auto run = probe({"proxy_connect", "tls.test", std::to_string(tls.port()), "tls.test"});
+  expect_allowed(run, "ok ping");
+  auto opened = run.of_type("egress_opened");
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(opened.size(), 1u) << run.context();
+  ASSERT_EQ(closed.size(), 1u) << run.context();
+  const std::string sni = opened[0]["data"].value("sni", closed[0]["data"].value("sni", ""));
+  EXPECT_EQ(sni, "tls.test") << opened[0].dump() << "\n" << closed[0].dump();
+}
+
+TEST_F(EgressProxyTest, RequestsOutsideProxyAllowAre403AndReachNothing) {
+  HttpServer web;
+  TlsEchoServer tls;
+  HttpServer denied;
+  SentinelListener sentinel("127.0.0.1");
+  set_proxy_moon({{"web.test", "127.0.0.1"}, {"tls.test", "127.0.0.1"}, {"other.test", "127.0.0.1"},
+                  {"deny.test", "127.0.0.1"}},
+                 {{"web.test", web.port(), "http"}, {"tls.test", tls.port(), "https"},
+                  {"deny.test", denied.port(), "http"}},
+                 {"deny.test"});
+  set_proxy_pack();
+  const std::string p = std::to_string(web.port()), q = std::to_string(tls.port());
+  const std::string s = std::to_string(sentinel.port()), d = std::to_string(denied.port());
+  auto run = probe({"netsteps",
+                    "proxy_get http://other.test:" + p + "/",   // host not in proxy.allow
+                    "proxy_get http://web.test:" + s + "/",     // allowed host, wrong port
+                    "proxy_connect web.test " + p,              // CONNECT to an http-only entry
+                    "proxy_get http://tls.test:" + q + "/",     // plain request to an https entry
+                    "proxy_get http://deny.test:" + d + "/",    // egress.deny beats proxy.allow
+                    "proxy_get http://127.0.0.1:" + p + "/",    // a literal for an allowed name's address
+                    "proxy_connect 169.254.169.254 443 -",      // the metadata service
+                    "proxy_get http://web.test:" + p + "/"});   // and the proxy still serves
+  ASSERT_EQ(run.results.size(), 8u) << run.context();
+  expect_proxy_refusal(run, run.results[0], "other.test:" + p + "/http", "not in the operator's proxy.allow");
+  expect_proxy_refusal(run, run.results[1], "web.test:" + s + "/http", "another port or protocol");
+  expect_proxy_refusal(run, run.results[2], "web.test:" + p + "/https", "another port or protocol");
+  expect_proxy_refusal(run, run.results[3], "tls.test:" + q + "/http", "another port or protocol");
+  expect_proxy_refusal(run, run.results[4], "deny.test:" + d + "/http", "egress.deny");
+  expect_proxy_refusal(run, run.results[5], "127.0.0.1:" + p + "/http");
+  expect_proxy_refusal(run, run.results[6], "169.254.169.254:443/https");
+  EXPECT_EQ(run.results[7], "ok 200 hello from web.test:" + p) << run.context();
+  EXPECT_EQ(run.violations().size(), 7u) << run.context();
+  // Only the last, allowed request reached a server.
+  ASSERT_TRUE(web.wait_served(1)) << web.describe();
+  EXPECT_EQ(web.accepted(), 1) << web.describe();
+  expect_untouched(tls);
+  expect_untouched(denied);
+  expect_untouched(sentinel);
+}
+
+TEST_F(EgressProxyTest, ConnectWithAnotherSniIsResetBeforeAnyHandshakeUpstream) {
+  HttpServer web;
+  TlsEchoServer tls;
+  set_proxy_moon({{"web.test", "127.0.0.1"}, {"tls.test", "127.0.0.1"}, {"other.test", "127.0.0.1"}},
+                 {{"web.test", web.port(), "http"}, {"tls.test", tls.port(), "https"}});
+  set_proxy_pack();
+  const std::string q = std::to_string(tls.port());
+  auto run = probe({"netsteps", "proxy_connect tls.test " + q + " other.test", "proxy_connect tls.test " + q + " -",
+                    "proxy_connect tls.test " + q + " tls.test plain"});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  for (const auto& r : run.results) EXPECT_TRUE(looks_reset(r) || r == "eof") << r << "\n" << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  json v = run.violation("tls.test:" + q + "/https");
+  ASSERT_FALSE(v.is_null()) << run.context();
+  EXPECT_EQ(v["surface"], "network") << v.dump();
+  EXPECT_EQ(v["errno"], "ECONNRESET") << v.dump();
+  EXPECT_EQ(v["manifest_entry"], "proxy.allow[1]") << v.dump();
+  EXPECT_EQ(v.value("detail", "").rfind("Moon proxy:", 0), 0u) << v.dump();
+  EXPECT_TRUE(contains(v.value("detail", ""), "other.test")) << v.dump();
+  size_t resets = 0;
+  for (const auto& e : run.violations()) {
+    if (e["data"].value("resource", "") == "tls.test:" + q + "/https" && e["data"]["errno"] == "ECONNRESET") ++resets;
+  }
+  EXPECT_EQ(resets, 3u) << run.context();
+  // The proxy connects upstream before the tunnel's first bytes, but no byte of the
+  // refused ClientHello (nor the plaintext) may reach the server: no SNI, no data.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto rec = tls.record();
+  for (const auto& sni : rec.sni) EXPECT_TRUE(sni.empty()) << "a refused ClientHello reached the server: " << sni;
+  for (const auto& data : rec.data) EXPECT_TRUE(data.empty()) << "tunnel bytes reached the server: " << data;
+  expect_untouched(web);
+}
+
+TEST_F(EgressProxyTest, TheProxyIsTheOnlyWayOut) {
+  HttpServer web;
+  set_proxy_moon({{"web.test", "127.0.0.1"}}, {{"web.test", web.port(), "http"}});
+  set_proxy_pack();
+  const std::string p = std::to_string(web.port());
+  auto run = probe({"netsteps", "resolve web.test", "dns_raw web.test A", "http_get 127.0.0.1 " + p,
+                    "http_get " + leak_ip_ + " " + p, "resolve moon"});
+  ASSERT_EQ(run.results.size(), 5u) << run.context();
+  EXPECT_EQ(run.results[0], "gai=EAI_NONAME") << run.context();
+  EXPECT_EQ(run.results[1], "ok NXDOMAIN") << run.context();
+  EXPECT_EQ(run.results[2], "errno=ECONNREFUSED") << run.context();
+  EXPECT_EQ(run.results[3], "errno=ECONNREFUSED") << run.context();
+  EXPECT_EQ(run.results[4], "ok 127.0.0.1") << run.context();
+  expect_network_violation(run, "dns:web.test", "NXDOMAIN");
+  expect_network_violation(run, "127.0.0.1:" + p + "/tcp", "ECONNREFUSED", "connect");
+  expect_network_violation(run, leak_ip_ + ":" + p + "/tcp", "ECONNREFUSED", "connect");
+  expect_untouched(web);
+}
+
+TEST_F(EgressProxyTest, MalformedProxyRequestsAre400AndTheProxyStaysUp) {
+  HttpServer web;
+  set_proxy_moon({{"web.test", "127.0.0.1"}}, {{"web.test", web.port(), "http"}});
+  set_proxy_pack();
+  const std::string p = std::to_string(web.port());
+  // Straight to moon:3128 with raw payloads: garbage, a PROXY header, an origin-form
+  // request (not a proxy request), a 20 KiB head; then a normal request.
+  auto run = probe({"netsteps", "raw_send moon 3128 garbage", "raw_send moon 3128 proxy_v1",
+                    "big_head moon 3128 20", "proxy_get http://web.test:" + p + "/"});
+  ASSERT_EQ(run.results.size(), 4u) << run.context();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(run.results[i].rfind("ok HTTP/1.1 400", 0) == 0 || looks_reset(run.results[i]) ||
+                run.results[i] == "eof")
+        << i << ": " << run.results[i] << "\n" << run.context();
+  }
+  EXPECT_EQ(run.results[3], "ok 200 hello from web.test:" + p) << run.context();
+  ASSERT_TRUE(web.wait_served(1));
+  EXPECT_EQ(web.accepted(), 1) << web.describe();
+}
+
+// ---- bad input (issue #4): the gateway stays up, others unaffected, memory bounded -------------
+
+long peak_rss_kb(const ProbeRun& run) {
+  for (const auto& e : run.events) {
+    if (e.value("type", "") == "run_finished") return e["data"].value("supervisor_peak_rss_kb", -1L);
+  }
+  return -1;
+}
+
+TEST_F(EgressTest, BadInputLeavesTheGatewayServingOthers) {
+  TlsEchoServer tls;
+  HttpServer web;
+  set_moon({{"tls.test", "127.0.0.1"}, {"web.test", "127.0.0.1"}});
+  set_egress({{"tls.test", tls.port(), "https"}, {"web.test", web.port(), "http"}});
+  const std::string q = std::to_string(tls.port()), p = std::to_string(web.port());
+  const auto start = std::chrono::steady_clock::now();
+  auto run = probe({"netsteps",
+                    "hold 300 tls.test " + q + " 21",          // slowloris; 21 of them send garbage
+                    "big_head web.test " + p + " 20",          // a 20 KiB request head
+                    "truncated_hello tls.test " + q + " 40",   // half a ClientHello, then close
+                    "raw_send web.test " + p + " proxy_v1",    // a forged PROXY header
+                    "raw_send web.test " + p + " absolute",    // an absolute-URI request
+                    "raw_send web.test " + p + " connect",     // CONNECT to the gateway
+                    "raw_send tls.test " + q + " tls_garbage", // a broken ClientHello
+                    "tls tls.test " + q,                       // a normal round trip meanwhile
+                    "held_status 0.5",
+                    "http_get web.test " + p});
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(run.results.size(), 10u) << run.context();
+  EXPECT_EQ(run.results[0], "ok held 300") << run.context();
+  for (size_t i : {1, 3, 4, 5, 6}) EXPECT_TRUE(looks_reset(run.results[i])) << i << ": " << run.context();
+  EXPECT_EQ(run.results[2].rfind("ok sent 40 of ", 0), 0u) << run.context();
+  EXPECT_EQ(run.results[7], "ok ping") << run.context();
+  // The 21 that sent garbage were reset; the 279 silent ones are still open (10 s limit).
+  EXPECT_EQ(run.results[8], "ok open=279 reset=21 eof=0") << run.context();
+  EXPECT_EQ(run.results[9], "ok 200 hello from web.test:" + p) << run.context();
+  EXPECT_LT(elapsed, std::chrono::seconds(10));
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  // Violations: exactly the refused inputs (21 + 1 + 3 on web.test + 1), all resets; the
+  // silent and the truncated connections are not violations.
+  size_t on_tls = 0, on_web = 0;
+  for (const auto& v : run.violations()) {
+    const auto& d = v["data"];
+    EXPECT_EQ(d["surface"], "network") << d.dump();
+    EXPECT_EQ(d["errno"], "ECONNRESET") << d.dump();
+    const std::string r = d.value("resource", "");
+    if (r == "tls.test:" + q + "/https") {
+      ++on_tls;
+      EXPECT_EQ(d["manifest_entry"], "capabilities.egress[0]") << d.dump();
+    } else if (r == "web.test:" + p + "/http") {
+      ++on_web;
+      EXPECT_EQ(d["manifest_entry"], "capabilities.egress[1]") << d.dump();
+    } else {
+      ADD_FAILURE() << "unexpected violation " << d.dump();
+    }
+  }
+  EXPECT_EQ(on_tls, 22u) << run.context();
+  EXPECT_EQ(on_web, 4u) << run.context();
+  // Upstream saw only the two allowed connections.
+  ASSERT_TRUE(tls.wait_served(1));
+  EXPECT_EQ(tls.accepted(), 1) << tls.describe();
+  ASSERT_TRUE(web.wait_served(1));
+  EXPECT_EQ(web.accepted(), 1) << web.describe();
+  EXPECT_EQ(run.of_type("egress_opened").size(), 2u) << run.context();
+  const long rss = peak_rss_kb(run);
+  EXPECT_GT(rss, 0) << run.context();
+  EXPECT_LT(rss, 64 * 1024) << "supervisor peak RSS " << rss << " KiB";
+  RecordProperty("supervisor_peak_rss_kb", std::to_string(rss));
+}
+
+TEST_F(EgressTest, ConnectionsBeyondTheCapAreResetAndTheGatewayRecovers) {
+  TlsEchoServer tls;
+  set_moon({{"tls.test", "127.0.0.1"}});
+  set_egress({{"tls.test", tls.port(), "https"}});
+  const std::string q = std::to_string(tls.port());
+  auto run = probe({"netsteps", "hold 560 tls.test " + q, "held_status 1", "tls tls.test " + q, "release",
+                    "tls tls.test " + q});
+  ASSERT_EQ(run.results.size(), 5u) << run.context();
+  EXPECT_EQ(run.results[0], "ok held 560") << run.context();
+  // 512 open, the rest reset by the gateway (a closed one reads as eof on some kernels).
+  unsigned open = 0, reset = 0, eof = 0;
+  ASSERT_EQ(std::sscanf(run.results[1].c_str(), "ok open=%u reset=%u eof=%u", &open, &reset, &eof), 3)
+      << run.context();
+  EXPECT_EQ(open, 512u) << run.context();
+  EXPECT_EQ(reset + eof, 48u) << run.context();
+  // At the cap, one more connection is reset too; after the release, the gateway serves.
+  EXPECT_TRUE(looks_reset(run.results[2]) || run.results[2] == "eof") << run.context();
+  EXPECT_EQ(run.results[3], "ok released 560") << run.context();
+  EXPECT_EQ(run.results[4], "ok ping") << run.context();
+  ASSERT_TRUE(tls.wait_served(1));
+  EXPECT_EQ(tls.accepted(), 1) << tls.describe();
+  // The cap is a bound, not a policy decision: no violation, exit 0.
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  const long rss = peak_rss_kb(run);
+  EXPECT_LT(rss, 64 * 1024) << rss;
+}
+
+TEST_F(EgressTest, MalformedDnsGetsFormerrOrNothingAndTheStubKeepsAnswering) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"netsteps", "dns_bytes garbage udp", "dns_bytes response udp", "dns_bytes huge_label udp",
+                    "dns_bytes long_name udp", "dns_bytes short udp", "dns_bytes zero_qd udp",
+                    "dns_bytes pointer_loop udp", "dns_raw echo.test A",
+                    "dns_bytes garbage tcp", "dns_bytes response tcp", "dns_bytes huge_label tcp",
+                    "dns_bytes pointer_loop tcp", "dns_raw echo.test A 127.0.0.1 tcp",
+                    "tcp_echo echo.test " + std::to_string(echo.port()) + " still-up"});
+  ASSERT_EQ(run.results.size(), 14u) << run.context();
+  auto formerr_or_nothing = [](const std::string& r) {
+    return r == "ok FORMERR" || r == "errno=ETIMEDOUT" || r == "eof" || r == "errno=ECONNRESET";
+  };
+  for (size_t i : {0, 2, 3, 5, 6, 8, 10, 11}) {
+    EXPECT_TRUE(formerr_or_nothing(run.results[i])) << i << ": " << run.results[i] << "\n" << run.context();
+  }
+  // A response is never answered (no reflection loops); a 3-byte packet has no header.
+  EXPECT_EQ(run.results[1], "errno=ETIMEDOUT") << run.context();
+  EXPECT_EQ(run.results[4], "errno=ETIMEDOUT") << run.context();
+  EXPECT_TRUE(run.results[9] == "eof" || run.results[9] == "errno=ETIMEDOUT") << run.context();
+  EXPECT_EQ(run.results[7].rfind("ok NOERROR 198.1", 0), 0u) << run.context();
+  EXPECT_EQ(run.results[12].rfind("ok NOERROR 198.1", 0), 0u) << run.context();
+  EXPECT_EQ(run.results[13], "ok still-up") << run.context();
+  // Malformed packets carry no name: they are not attributed as violations.
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
 }
 
 }  // namespace
