@@ -146,7 +146,7 @@ std::string violation_text(const supervisor::Violation& v) {
 ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
                           const supervisor::RunHooks& hooks, const policy::OperatorNetwork& network,
                           std::vector<bool>& read_hit,
-                          std::vector<bool>& write_hit) {
+                          std::vector<bool>& write_hit, std::vector<bool>& egress_hit) {
   ExampleResult r;
   r.name = ex.name;
   TempOut tmp;
@@ -183,6 +183,13 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
 
   auto outputs = collected_files(tmp.out());
   mark_exercised(m, ex, pack_dir, outputs, read_hit, write_hit);
+  // Egress: an entry is exercised when the gateway relayed a connection for it.
+  for (size_t i = 0; i < m.capabilities.egress.size(); ++i) {
+    const auto& used = report.egress_used;
+    const auto& e = m.capabilities.egress[i];
+    const std::string key = e.protocol == manifest::Protocol::moon_proxy ? "moon-proxy" : e.key_path;
+    if (std::find(used.begin(), used.end(), key) != used.end()) egress_hit[i] = true;
+  }
 
   const int expected = ex.expect.exit_code.value_or(0);
   std::vector<std::string> reasons;
@@ -258,11 +265,12 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
 
   const bool text = a.format == "text";
   std::vector<bool> read_hit(m.capabilities.fs_read.size()), write_hit(m.capabilities.fs_write.size());
+  std::vector<bool> egress_hit(m.capabilities.egress.size());
   std::vector<ExampleResult> results;
   int passed = 0, failed = 0;
   bool not_started = false;
   for (const auto& ex : m.examples) {
-    auto r = run_example(m, ex, pack_dir, *hooks, network, read_hit, write_hit);
+    auto r = run_example(m, ex, pack_dir, *hooks, network, read_hit, write_hit, egress_hit);
     (r.passed ? passed : failed)++;
     not_started = not_started || r.not_started;
     if (text) {
@@ -284,6 +292,13 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   }
   for (size_t i = 0; !not_started && i < write_hit.size(); ++i) {
     if (!write_hit[i]) not_exercised.push_back(m.capabilities.fs_write[i].key_path + " " + m.capabilities.fs_write[i].path);
+  }
+  for (size_t i = 0; !not_started && i < egress_hit.size(); ++i) {
+    const auto& e = m.capabilities.egress[i];
+    if (!egress_hit[i]) {
+      not_exercised.push_back(e.key_path + " " + e.host + ":" + std::to_string(e.port) + "/" +
+                              manifest::to_string(e.protocol));
+    }
   }
 
   if (text) {
@@ -322,7 +337,7 @@ void register_pack_test(CLI::App& pack, CliContext& ctx) {
   auto args = std::make_shared<TestArgs>();
   auto* cmd = pack.add_subcommand("test", "Run every example of a pack in a Comet and check its `expect`");
   cmd->add_option("pack", args->pack, "Pack directory (default: the current directory), or NAME@VERSION");
-  cmd->add_flag("--strict", args->strict, "Fail when a declared fs capability is exercised by no example");
+  cmd->add_flag("--strict", args->strict, "Fail when a declared fs or egress capability is exercised by no example");
   cmd->add_option("--format", args->format, "Output format: text (default) or json")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args, &ctx] { ctx.exit_code = run_test(*args, ctx); });

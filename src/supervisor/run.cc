@@ -1,6 +1,8 @@
 #include "supervisor/run.h"
 
 #include <signal.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -131,6 +133,14 @@ RunReport run_pack(const RunRequest& request) {
   std::recursive_mutex emit_mu;
   auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
     std::lock_guard lock(emit_mu);
+    if (type == "egress_opened" && data.contains("entry") && data["entry"].is_string()) {
+      // Through the Moon proxy the entry is the operator's proxy.allow[i]; the pack's
+      // moon-proxy entry is what was exercised.
+      const std::string entry = data.contains("via") ? "moon-proxy" : data["entry"].get<std::string>();
+      if (std::find(report.egress_used.begin(), report.egress_used.end(), entry) == report.egress_used.end()) {
+        report.egress_used.push_back(entry);
+      }
+    }
     // A failing event sink must not go unnoticed (E4): remember it and fail the run.
     if (auto s = sink.emit(scope::make_event(ctx, type, std::move(data))); !s && report.error.empty()) {
       report.error = "events: " + s.error().describe();

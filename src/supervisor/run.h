@@ -63,6 +63,10 @@ struct RunReport {
   CollectReport outputs;
   OutputCapture captured;             // when capture_output
   std::string out_dir;
+  // Egress entries (key paths, e.g. "capabilities.egress[0]") that relayed at least one
+  // connection or flow (from egress_opened), and "moon-proxy" when the Moon proxy relayed
+  // one: what `pack test` counts as exercised.
+  std::vector<std::string> egress_used;
 };
 
 // Never throws; every failure is in the report (exit 125 with `error`).

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
+#include "net_servers.h"
 
 namespace soyaos::testing {
 namespace {
@@ -153,6 +154,38 @@ TEST_F(PackTestTest, StrictFailsOnADeclaredPathNoExampleExercised) {
   auto ok = soyaos({"pack", "test", covered, "--strict", "--format", "json"});
   EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
   EXPECT_TRUE(nlohmann::json::parse(ok.out)["not_exercised"].empty()) << ok.out;
+}
+
+// The egress twin of the fs check: an entry is exercised when the gateway relayed a
+// connection for it (egress_opened), here against a real TCP echo server on loopback
+// mapped by the operator's dns.hosts.
+TEST_F(PackTestTest, StrictFailsOnADeclaredEgressEntryNoExampleReached) {
+  TcpEchoServer echo;
+  dir_.write("home/moon.yaml", "dns:\n  hosts:\n    echo.test: 127.0.0.1\n");
+  const std::string port = std::to_string(echo.port());
+  dir_.write("pt-net/main.py", R"(import socket, sys
+if sys.argv[1] == "connect":
+    s = socket.create_connection(("echo.test", int(sys.argv[2])), timeout=5)
+    s.sendall(b"hi")
+    print("echo " + s.recv(16).decode())
+else:
+    print("offline")
+)");
+  auto manifest = [&](const std::string& args) {
+    return "soyapack: v0\nname: pt-net\nversion: 0.1.0\nagent: {runtime: python3, entrypoint: main.py}\n"
+           "capabilities:\n  egress:\n    - {host: echo.test, port: " + port + ", protocol: tcp}\n"
+           "  fs: {read: [/workdir]}\n  determinism_tier: read-only\nresources: {timeout: 20s}\n"
+           "examples:\n  - name: net\n    args: " + args + "\n";
+  };
+  dir_.write("pt-net/soyapack.yaml", manifest("[offline]"));
+  auto strict = soyaos({"pack", "test", (dir_.path() / "pt-net").string(), "--strict"});
+  EXPECT_EQ(strict.exit_code, 1) << strict.out << strict.err;
+  EXPECT_NE(strict.out.find("capabilities.egress[0] echo.test:" + port + "/tcp"), std::string::npos) << strict.out;
+
+  dir_.write("pt-net/soyapack.yaml", manifest("[connect, '" + port + "']"));
+  auto ok = soyaos({"pack", "test", (dir_.path() / "pt-net").string(), "--strict"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_EQ(echo.accepted(), 1);
 }
 
 TEST_F(PackTestTest, NoExamplesAndUsageErrors) {
