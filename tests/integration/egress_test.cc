@@ -961,6 +961,45 @@ TEST_F(EgressProxyTest, ConnectTunnelEventsNameTheCheckedSni) {
   EXPECT_EQ(sni, "tls.test") << opened[0].dump() << "\n" << closed[0].dump();
 }
 
+// A plain proxy request whose Host field names another site than its absolute URI
+// (virtual-host fronting: the allowed upstream's address, another site's name). RFC 9112
+// §3.2.2: a proxy MUST replace Host with the target's authority; the gateway's http check
+// requires Host == the entry's name for the same reason. Safe outcomes: refused (403/400),
+// or forwarded with Host rewritten to web.test:P. The server must never see Host: evil.test.
+TEST_F(EgressProxyTest, PlainRequestCannotNameAnotherHostInItsHostField) {
+  HttpServer web;
+  set_proxy_moon({{"web.test", "127.0.0.1"}, {"evil.test", "127.0.0.1"}}, {{"web.test", web.port(), "http"}});
+  set_proxy_pack();
+  const std::string p = std::to_string(web.port());
+  auto run = probe({"proxy_raw", "http://web.test:" + p + "/", "evil.test:" + p});
+  EXPECT_TRUE(run.result == "http=403" || run.result == "http=400" ||
+              run.result == "ok 200 hello from web.test:" + p)
+      << run.context();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (const auto& head : web.record().heads) {
+    EXPECT_FALSE(contains(lower(head), "\r\nhost: evil.test")) << "the upstream got another site's Host:\n" << head;
+  }
+}
+
+// The upstream rules are the gateway's (docs/network.md, C7): a proxy.allow entry whose
+// name the system resolver maps to loopback (`localhost`, not in dns.hosts) is refused at
+// connect time (rebinding), the server sees nothing, and the run reports it.
+TEST_F(EgressProxyTest, ALoopbackUpstreamAnswerIsRefusedThroughTheProxy) {
+  HttpServer web;
+  set_proxy_moon({}, {{"localhost", web.port(), "http"}});
+  set_proxy_pack();
+  const std::string p = std::to_string(web.port());
+  auto run = probe({"proxy_get", "http://localhost:" + p + "/"});
+  EXPECT_TRUE(run.result == "http=403" || run.result == "http=502" || looks_reset(run.result) || run.result == "eof")
+      << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  json v = run.violation_where([](const std::string& r) { return contains(r, "localhost") && contains(r, "127.0.0.1"); });
+  ASSERT_FALSE(v.is_null()) << run.context();
+  EXPECT_EQ(v["surface"], "network") << v.dump();
+  EXPECT_EQ(v["manifest_entry"], "proxy.allow[0]") << v.dump();
+  expect_untouched(web);
+}
+
 TEST_F(EgressProxyTest, RequestsOutsideProxyAllowAre403AndReachNothing) {
   HttpServer web;
   TlsEchoServer tls;
