@@ -78,12 +78,16 @@ std::string req_str(const json& j, const char* k) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-Result<UniqueFd> temp_file(const fs::path& dir) {
+// Where a pushed archive is received: memory for up to 256 MiB (it is read once, right
+// away), else an unnamed file in HOME/tmp.
+Result<UniqueFd> temp_file(const fs::path& dir, uint64_t size) {
+  if (size <= (uint64_t{256} << 20)) {
+    UniqueFd mem(::memfd_create("soyaos-moon-push", MFD_CLOEXEC));
+    if (mem) return mem;
+  }
   UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  if (fd) return fd;
-  UniqueFd mem(::memfd_create("soyaos-moon", MFD_CLOEXEC));
-  if (!mem) return errno_error("memfd_create");
-  return mem;
+  if (!fd) return errno_error("create a temporary file in " + dir.string());
+  return fd;
 }
 
 // A push: the client's canonical archive arrives as the attachment; it is checked against
@@ -95,7 +99,7 @@ Result<json> do_push(Shared& sh, MoonBackend& moon, wire::Conn& conn, const json
   std::error_code ec;
   fs::create_directories(tmp_root, ec);
   (void)::chmod(tmp_root.c_str(), 0700);
-  auto file = temp_file(tmp_root);
+  auto file = temp_file(tmp_root, size);
   if (!file) {
     (void)conn.read_attachment(size, -1);
     return file.error();
