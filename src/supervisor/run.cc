@@ -22,6 +22,10 @@ namespace {
 // At most this many violation events per run; the rest are counted in run_finished, so
 // an agent looping on a forbidden call cannot flood the event store.
 constexpr size_t kMaxViolationEvents = 1000;
+// Likewise for the network's informational events (dns_query, egress_opened,
+// egress_closed): an agent looping on lookups or connections must not grow the run's event
+// list (kept in memory until stored) without bound. The rest are counted in run_finished.
+constexpr size_t kMaxNetworkEvents = 10000;
 
 // The supervisor's own peak resident memory (VmHWM), in KiB.
 long supervisor_peak_rss_kb() {
@@ -131,8 +135,12 @@ RunReport run_pack(const RunRequest& request) {
   scope::RunContext ctx{hostname(), report.run_id, m.name, m.version, *digest};
   // Events come from three threads (this one, the seccomp notifier, the egress loop).
   std::recursive_mutex emit_mu;
+  uint64_t network_events = 0;
   auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
     std::lock_guard lock(emit_mu);
+    if (type == "dns_query" || type == "egress_opened" || type == "egress_closed") {
+      if (++network_events > kMaxNetworkEvents) return;
+    }
     if (type == "egress_opened" && data.contains("entry") && data["entry"].is_string()) {
       // Through the Moon proxy the entry is the operator's proxy.allow[i]; the pack's
       // moon-proxy entry is what was exercised.
@@ -240,6 +248,9 @@ RunReport run_pack(const RunRequest& request) {
                         {"violations", report.violations.size()},
                         {"violations_by_surface", counts},
                         {"notifications", report.outcome.notifications},
+                        {"network_events", network_events},
+                        {"network_events_dropped",
+                         network_events > kMaxNetworkEvents ? network_events - kMaxNetworkEvents : 0},
                         {"setup_us", setup_us},
                         {"supervisor_peak_rss_kb", supervisor_peak_rss_kb()},
                         {"outputs", {{"files", report.outputs.files}, {"bytes", report.outputs.bytes},

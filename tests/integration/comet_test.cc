@@ -412,6 +412,20 @@ TEST_F(CometTest, DnsWithoutEgressEntriesIsNxdomainAndReported) {
   EXPECT_EQ(v[0]["data"]["errno"], "NXDOMAIN");
 }
 
+// An agent looping on DNS cannot grow the run's events without bound: 1,000 violation
+// events and 10,000 network events at most, the rest counted in run_finished.
+TEST_F(CometTest, DnsFloodEventsAreBounded) {
+  auto run = probe({"dns_flood", "example.com", "10500"});
+  EXPECT_EQ(run.result, "ok 10500") << run.output.out << run.output.err;
+  EXPECT_EQ(run.output.exit_code, 3);
+  EXPECT_EQ(run.of_type("capability_violation").size(), 1000u);
+  EXPECT_EQ(run.of_type("dns_query").size(), 10000u);
+  auto finished = run.of_type("run_finished");
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0]["data"]["violations"], 10500);
+  EXPECT_EQ(finished[0]["data"]["network_events_dropped"], 500);
+}
+
 // Fail closed (C1): an entry this Comet cannot enforce exactly refuses the run.
 TEST_F(CometTest, UdpEntryOnAWildcardHostIsRefused) {
   set_manifest(R"(soyapack: v0
