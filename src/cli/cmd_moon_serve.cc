@@ -1,7 +1,8 @@
 // `soyaos moon serve [--socket PATH] [--group NAME]` and `soyaos moon status
 // [--format text|json]` (docs/moon.md "Daemon mode").
 //
-// serve: the Moon as a daemon on a unix socket (default $SOYAOS_HOME/moon.sock, mode 0600,
+// serve: the Moon as a daemon on a unix socket (default $SOYAOS_MOON_SOCKET, else
+// $SOYAOS_HOME/moon.sock; mode 0600,
 // or 0660 owned by --group). Runs in the foreground, logs one line per notable request on
 // stderr, stops on SIGTERM/SIGINT/SIGHUP (removing the socket). Exit 0 after a clean stop,
 // 1 when it cannot start (another daemon answers on the socket, an unknown group...).
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -44,7 +46,11 @@ int serve(const ServeArgs& a) {
   }
   moon::ServeOptions opt;
   opt.home = *home;
-  opt.socket = a.socket.empty() ? moon::default_socket(*home) : std::filesystem::path(a.socket);
+  // --socket, else SOYAOS_MOON_SOCKET (where this operator's clients look), else the home's.
+  const char* env = std::getenv(moon::kSocketEnv);
+  opt.socket = !a.socket.empty()                 ? std::filesystem::path(a.socket)
+               : (env != nullptr && *env != '\0') ? std::filesystem::path(env)
+                                                  : moon::default_socket(*home);
   opt.group = a.group;
   opt.max_clients = a.max_clients;
   opt.version = SOYAOS_VERSION;
@@ -121,7 +127,7 @@ void register_moon_serve_commands(CLI::App& moon_cmd, CliContext& ctx) {
   {
     auto a = std::make_shared<ServeArgs>();
     auto* cmd = moon_cmd.add_subcommand("serve", "Run the Moon as a daemon on a unix socket (foreground)");
-    cmd->add_option("--socket", a->socket, "Socket path (default: $SOYAOS_HOME/moon.sock)");
+    cmd->add_option("--socket", a->socket, "Socket path (default: $SOYAOS_MOON_SOCKET, else $SOYAOS_HOME/moon.sock)");
     cmd->add_option("--group", a->group, "Let this group use the daemon (socket mode 0660), else 0600");
     cmd->add_option("--max-clients", a->max_clients, "Clients served at once (default 64); more wait")
         ->check(CLI::PositiveNumber);
