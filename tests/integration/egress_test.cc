@@ -1239,5 +1239,21 @@ TEST_F(EgressTest, MalformedDnsGetsFormerrOrNothingAndTheStubKeepsAnswering) {
   EXPECT_EQ(run.output.exit_code, 0) << run.context();
 }
 
+// Half-close and backpressure through the splice relay: 8 MiB sent from a thread while the
+// main thread reads the echo, then SHUT_WR: the FIN must reach the server (which then
+// closes), and every byte must come back, in order.
+TEST_F(EgressTest, RelayCarriesABigStreamAndHalfClose) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  auto run = probe({"tcp_stream", "echo.test", std::to_string(echo.port()), std::to_string(8 << 20)});
+  expect_allowed(run, "ok " + std::to_string(8 << 20) + " same");
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(closed.size(), 1u) << run.context();
+  EXPECT_EQ(closed[0]["data"]["bytes_out"], 8 << 20);
+  EXPECT_EQ(closed[0]["data"]["bytes_in"], 8 << 20);
+  EXPECT_EQ(closed[0]["data"]["reason"], "closed");
+}
+
 }  // namespace
 }  // namespace soyaos::testing
