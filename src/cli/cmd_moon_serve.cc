@@ -56,7 +56,7 @@ int serve(const ServeArgs& a) {
   opt.version = SOYAOS_VERSION;
   opt.log = [](const std::string& line) {
     std::fprintf(stderr, "soyaos moon serve: %s  %s\n", scope::now_rfc3339().c_str(), line.c_str());
-    std::fflush(stderr);
+    (void)std::fflush(stderr);
   };
   auto s = moon::serve(opt);
   if (!s) {
@@ -69,13 +69,13 @@ int serve(const ServeArgs& a) {
 std::string uptime(int64_t s) {
   char buf[64];
   if (s >= 86400) {
-    std::snprintf(buf, sizeof buf, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
+    (void)std::snprintf(buf, sizeof buf, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
   } else if (s >= 3600) {
-    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+    (void)std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
   } else if (s >= 60) {
-    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+    (void)std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
   } else {
-    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+    (void)std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
   }
   return buf;
 }

@@ -394,7 +394,7 @@ Status serve(const ServeOptions& options) {
     sigset_t m;
     ~RestoreMask() { ::pthread_sigmask(SIG_SETMASK, &m, nullptr); }
   } restore{old_mask};
-  ::signal(SIGPIPE, SIG_IGN);
+  (void)::signal(SIGPIPE, SIG_IGN);
   UniqueFd sigfd(::signalfd(-1, &set, SFD_CLOEXEC));
   if (!sigfd) return errno_error("signalfd");
 

@@ -387,6 +387,35 @@ TEST_F(MoonDaemon, AKilledDaemonFallsBackToEmbeddedOnlyWithoutAnExplicitSocket) 
   EXPECT_EQ(json::parse(st.out)["packs"], 1);
 }
 
+TEST_F(MoonDaemon, ADaemonThatDiesDuringARun) {
+  const fs::path pack = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  auto run_killing_daemon = [&](const std::map<std::string, std::string>& env) {
+    RunOutput r;
+    std::thread t([&] {
+      r = run_soyaos({"run", pack.string(), "--no-cache", "--out", (dir_.path() / "o").string(), "--", "sleep", "2"},
+                     env, dir_.path());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    daemon_.kill(SIGKILL);
+    t.join();
+    return r;
+  };
+  // Explicit socket: storing the events fails, and the run says so (125), never success.
+  auto r = run_killing_daemon({{"SOYAOS_HOME", client_home_}, {"SOYAOS_MOON_SOCKET", socket_}});
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_NE(r.err.find(socket_), std::string::npos) << r.err;
+  // The home's own socket: the events go to the embedded Moon of the same home.
+  std::error_code ec;
+  fs::remove(socket_, ec);
+  start_daemon(daemon_home_, {});
+  r = run_killing_daemon({{"SOYAOS_HOME", daemon_home_}, {"SOYAOS_MOON_SOCKET", ""}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto q = run_soyaos({"scope", "query", "--format", "json", "--type", "run_finished"},
+                      {{"SOYAOS_HOME", daemon_home_}, {"SOYAOS_MOON_SOCKET", ""}});
+  EXPECT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_EQ(lines(q.out).size(), 1u) << q.out;
+}
+
 TEST_F(MoonDaemon, GroupMakesTheSocket0660) {
   group* g = ::getgrgid(::getegid());
   ASSERT_NE(g, nullptr);
