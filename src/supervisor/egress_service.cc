@@ -242,6 +242,7 @@ struct EgressService::Impl {
            {"port", c.port},
            {"protocol", c.protocol}};
     if (c.proxy) d["via"] = "moon-proxy";
+    if (!c.sni.empty()) d["sni"] = c.sni;  // https: the SNI that was checked (also on egress_closed)
     return d;
   }
 
@@ -845,7 +846,9 @@ struct EgressService::Impl {
     if (!refused_addr.empty()) {
       const std::string resource = c->literal ? egress_target(c->host, c->port, c->protocol)
                                               : egress_target(c->host + "[" + refused_addr + "]", c->port, c->protocol);
-      refuse(c, resource, c->entry ? plan.entry(*c->entry).key_path : "capabilities.egress", refused_detail);
+      refuse(c, resource,
+             !c->entry_key.empty() ? c->entry_key : c->entry ? plan.entry(*c->entry).key_path : "capabilities.egress",
+             refused_detail);
       return;
     }
     fail_upstream(c, "no upstream address of " + c->host + " accepted the connection");
@@ -1049,6 +1052,17 @@ struct EgressService::Impl {
       proxy_refuse(c, target, host_seen ? "proxy.allow lists this host with another port or protocol"
                                         : "not in the operator's proxy.allow");
       return;
+    }
+    if (!c->proxy_connect) {
+      // The Host field must name the request's own target: forwarded as it is, another
+      // name would reach another site on the same upstream (virtual-host fronting).
+      const std::string want = c->literal && c->literal_addr.v6 ? "[" + c->host + "]" : c->host;
+      if (h.host != want || (h.port && *h.port != port) || (!h.port && port != 80)) {
+        proxy_refuse(c, target, "the Host field `" + h.host + (h.port ? ":" + std::to_string(*h.port) : "") +
+                                    "` does not name the request's target `" + c->host + ":" + std::to_string(port) +
+                                    "`");
+        return;
+      }
     }
     c->entry_key = allow[*match].key_path;
     c->protocol = proto;
