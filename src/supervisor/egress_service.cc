@@ -173,6 +173,7 @@ struct EgressService::Impl {
     int proxy_phase = 0;
     bool proxy_connect = false;
     bool proxy_tls = false;
+    bool proxy_answered = false;  // a 200 went to the agent: from then on, only resets
     std::string entry_key;
     uint32_t ev_agent = 0, ev_up = 0;
     Watch w_agent{Kind::conn_agent, nullptr}, w_up{Kind::conn_upstream, nullptr};
@@ -846,9 +847,13 @@ struct EgressService::Impl {
     if (!refused_addr.empty()) {
       const std::string resource = c->literal ? egress_target(c->host, c->port, c->protocol)
                                               : egress_target(c->host + "[" + refused_addr + "]", c->port, c->protocol);
+      if (c->proxy && !c->proxy_answered) {
+        proxy_refuse(c, resource, refused_detail);  // still an HTTP exchange: 403
+        return;
+      }
       refuse(c, resource,
              !c->entry_key.empty() ? c->entry_key : c->entry ? plan.entry(*c->entry).key_path : "capabilities.egress",
-             refused_detail);
+             c->proxy ? "Moon proxy: " + refused_detail : refused_detail);
       return;
     }
     fail_upstream(c, "no upstream address of " + c->host + " accepted the connection");
@@ -864,6 +869,10 @@ struct EgressService::Impl {
       d["reason"] = "upstream unreachable";
       d["error"] = why;
       cb.event("egress_closed", d);
+    }
+    if (c->proxy && !c->proxy_answered && c->proxy_phase == 1) {
+      proxy_reply(c, "502 Bad Gateway", "soyaos moon proxy: " + why + "\n");
+      return;
     }
     close_conn(c, "upstream unreachable", true);
   }
@@ -898,28 +907,21 @@ struct EgressService::Impl {
       if (!c->sni.empty()) d["sni"] = c->sni;
       cb.event("egress_opened", d);
     }
-    if (c->proxy && c->proxy_connect) {
-      static constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
-      if (::send(c->agent.get(), kEstablished, sizeof kEstablished - 1, MSG_DONTWAIT | MSG_NOSIGNAL) !=
-          static_cast<ssize_t>(sizeof kEstablished - 1)) {
-        close_conn(c, "reset", true);
-        return;
-      }
-      if (c->proxy_tls) {
-        // The tunnel of an https entry must carry TLS for that very host, as at the gateway.
-        c->proxy_phase = 2;
-        c->state = State::head;
-        c->deadline = now_ms() + limits.head_timeout_ms;
-        if (!c->head.empty()) {
-          proxy_tunnel_hello(c);
-        } else {
-          update_interest(c);
-        }
-        return;
-      }
+    // A tcp tunnel is established once the upstream is; an https tunnel was answered 200
+    // before (its ClientHello had to be checked before anything was connected).
+    if (c->proxy && c->proxy_connect && !c->proxy_tls && !send_established(c)) {
+      close_conn(c, "reset", true);
+      return;
     }
     c->state = State::relaying;
     pump(c);
+  }
+
+  bool send_established(Conn* c) {
+    static constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+    c->proxy_answered = true;
+    return ::send(c->agent.get(), kEstablished, sizeof kEstablished - 1, MSG_DONTWAIT | MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(sizeof kEstablished - 1);
   }
 
   // ---- the Moon proxy (C7): CONNECT and plain HTTP, allowed by proxy.allow only ----
@@ -1087,6 +1089,22 @@ struct EgressService::Impl {
       c->head = out + rest;
     }
     c->head_sent = 0;
+    if (c->proxy_connect && c->proxy_tls) {
+      // The tunnel of an https entry must carry TLS for that very host, as at the gateway:
+      // answer 200, read the ClientHello, and only then resolve and connect upstream.
+      if (!send_established(c)) {
+        close_conn(c, "reset", true);
+        return;
+      }
+      c->proxy_phase = 2;
+      c->deadline = now_ms() + limits.head_timeout_ms;
+      if (!c->head.empty()) {
+        proxy_tunnel_hello(c);
+      } else {
+        update_interest(c);
+      }
+      return;
+    }
     resolve(c);
   }
 
@@ -1114,8 +1132,8 @@ struct EgressService::Impl {
     }
     c->sni = hello.hello.server_name.value_or("");
     c->head_sent = 0;
-    c->state = State::relaying;
-    pump(c);
+    c->proxy_phase = 3;
+    resolve(c);  // the ClientHello (in c->head) goes upstream first
   }
 
   // Moves what can move without blocking, both ways; ends the connection when both
