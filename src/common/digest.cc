@@ -14,27 +14,30 @@
 #include <vector>
 
 namespace soyaos {
-namespace {
 
-class Sha256 {
- public:
-  Sha256() { SHA256_Init(&ctx_); }
-  void update(std::string_view d) { SHA256_Update(&ctx_, d.data(), d.size()); }
-  std::string hex() {
-    unsigned char md[SHA256_DIGEST_LENGTH];
-    SHA256_Final(md, &ctx_);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned char byte : md) {
-      out += kHex[byte >> 4];
-      out += kHex[byte & 15];
-    }
-    return out;
-  }
-
- private:
-  SHA256_CTX ctx_{};
+struct Sha256::Context {
+  SHA256_CTX ctx{};
 };
+
+Sha256::Sha256() : ctx_(std::make_unique<Context>()) { SHA256_Init(&ctx_->ctx); }
+Sha256::~Sha256() = default;
+
+void Sha256::update(const void* data, size_t size) { SHA256_Update(&ctx_->ctx, data, size); }
+
+std::string Sha256::hex() {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256_Final(md, &ctx_->ctx);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * sizeof md);
+  for (unsigned char byte : md) {
+    out += kHex[byte >> 4];
+    out += kHex[byte & 15];
+  }
+  return out;
+}
+
+namespace {
 
 Result<std::string> file_digest(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);

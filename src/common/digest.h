@@ -1,6 +1,8 @@
 // Content digests: sha256 of bytes, and of a directory tree in a canonical form.
 #pragma once
 
+#include <cstddef>
+#include <memory>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -11,6 +13,25 @@ namespace soyaos {
 
 // Lower-case hex sha256.
 std::string sha256_hex(std::string_view data);
+
+// Incremental sha256 (OpenSSL's low-level API, see digest.cc: no EVP start-up cost).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(const void* data, size_t size);
+  void update(std::string_view data) { update(data.data(), data.size()); }
+  // Lower-case hex; the object is finished afterwards.
+  std::string hex();
+  // "sha256:" + hex().
+  std::string digest() { return "sha256:" + hex(); }
+
+ private:
+  struct Context;
+  std::unique_ptr<Context> ctx_;
+};
 
 // "sha256:HEX" over a canonical listing of the tree: entries sorted by path, each
 // contributing its relative path, type (file, dir, symlink), executable bit and content

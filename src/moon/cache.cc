@@ -2,15 +2,10 @@
 // directory fsync) and the index row is committed last, so a row always names complete
 // blobs; a store that fails half-way (a full disk) leaves only unreferenced blobs, which
 // the next garbage collection removes.
-//
-// OpenSSL's low-level SHA-256 for streaming hashes, as in common/digest.cc (the EVP
-// interface costs a provider load on first use, measurable on the hit path).
-#define OPENSSL_API_COMPAT 10101
 #include "moon/cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/sha.h>
 #include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -77,26 +72,6 @@ CREATE TABLE IF NOT EXISTS counters (
   value INTEGER NOT NULL
 );
 )sql";
-
-class Sha256 {
- public:
-  Sha256() { SHA256_Init(&ctx_); }
-  void update(const void* d, size_t n) { SHA256_Update(&ctx_, d, n); }
-  std::string digest() {
-    unsigned char md[SHA256_DIGEST_LENGTH];
-    SHA256_Final(md, &ctx_);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out = "sha256:";
-    for (unsigned char byte : md) {
-      out += kHex[byte >> 4];
-      out += kHex[byte & 15];
-    }
-    return out;
-  }
-
- private:
-  SHA256_CTX ctx_{};
-};
 
 // A prepared statement, finalized on scope exit.
 class Stmt {

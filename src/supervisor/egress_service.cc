@@ -585,16 +585,8 @@ struct EgressService::Impl {
         reset_close(fd);
         continue;
       }
-      auto c = std::make_unique<Conn>();
-      c->id = next_id++;
-      c->agent = std::move(fd);
-      c->started = c->last_activity = now_ms();
-      c->w_agent.obj = c->w_up.obj = c.get();
-      c->ev_agent = c->ev_up = UINT32_MAX;
-      policy::IpAddress addr = from_sockaddr(*dst, &c->port);
-      Conn* conn = c.get();
-      conns[c->id] = std::move(c);
-      n_conns.fetch_add(1, std::memory_order_relaxed);
+      Conn* conn = new_conn(std::move(fd));
+      policy::IpAddress addr = from_sockaddr(*dst, &conn->port);
       if (!addr.v6 && EgressPlan::is_fake(v4_host_order(addr))) {
         auto name = plan.name_for_fake(v4_host_order(addr));
         if (!name) {
@@ -631,6 +623,20 @@ struct EgressService::Impl {
       conn->deadline = now_ms() + limits.head_timeout_ms;
       update_interest(conn);
     }
+  }
+
+  // A connection the agent opened (to the gateway or the proxy listener), registered.
+  Conn* new_conn(UniqueFd agent) {
+    auto c = std::make_unique<Conn>();
+    c->id = next_id++;
+    c->agent = std::move(agent);
+    c->started = c->last_activity = now_ms();
+    c->w_agent.obj = c->w_up.obj = c.get();
+    c->ev_agent = c->ev_up = UINT32_MAX;  // not in the epoll set yet
+    Conn* conn = c.get();
+    conns[conn->id] = std::move(c);
+    n_conns.fetch_add(1, std::memory_order_relaxed);
+    return conn;
   }
 
   // Resets the agent's connection and reports the attempt.
@@ -1421,20 +1427,12 @@ struct EgressService::Impl {
         reset_close(fd);
         continue;
       }
-      auto c = std::make_unique<Conn>();
-      c->id = next_id++;
-      c->agent = std::move(fd);
-      c->started = c->last_activity = now_ms();
-      c->w_agent.obj = c->w_up.obj = c.get();
-      c->ev_agent = c->ev_up = UINT32_MAX;
-      c->proxy = true;
-      c->proxy_phase = 1;
-      c->entry_key = proxy_entry_key();
-      c->state = State::head;
-      c->deadline = now_ms() + limits.head_timeout_ms;
-      Conn* conn = c.get();
-      conns[c->id] = std::move(c);
-      n_conns.fetch_add(1, std::memory_order_relaxed);
+      Conn* conn = new_conn(std::move(fd));
+      conn->proxy = true;
+      conn->proxy_phase = 1;
+      conn->entry_key = proxy_entry_key();
+      conn->state = State::head;
+      conn->deadline = now_ms() + limits.head_timeout_ms;
       update_interest(conn);
     }
   }
