@@ -112,6 +112,15 @@ bool same_port(const json& j, int port) {
   return false;
 }
 
+// The supervisor's peak RSS bound in the bad-input tests. Under AddressSanitizer the
+// allocator's quarantine and shadow memory alone exceed it (measured ~160 MiB), so the
+// sanitized build gets its own bound.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr long kSupervisorRssBoundKib = 320 * 1024;
+#else
+constexpr long kSupervisorRssBoundKib = 64 * 1024;
+#endif
+
 class EgressTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1178,7 +1187,7 @@ TEST_F(EgressTest, BadInputLeavesTheGatewayServingOthers) {
   EXPECT_EQ(run.of_type("egress_opened").size(), 2u) << run.context();
   const long rss = peak_rss_kb(run);
   EXPECT_GT(rss, 0) << run.context();
-  EXPECT_LT(rss, 64 * 1024) << "supervisor peak RSS " << rss << " KiB";
+  EXPECT_LT(rss, kSupervisorRssBoundKib) << "supervisor peak RSS " << rss << " KiB";
   RecordProperty("supervisor_peak_rss_kb", std::to_string(rss));
 }
 
@@ -1207,7 +1216,7 @@ TEST_F(EgressTest, ConnectionsBeyondTheCapAreResetAndTheGatewayRecovers) {
   EXPECT_TRUE(run.violations().empty()) << run.context();
   EXPECT_EQ(run.output.exit_code, 0) << run.context();
   const long rss = peak_rss_kb(run);
-  EXPECT_LT(rss, 64 * 1024) << rss;
+  EXPECT_LT(rss, kSupervisorRssBoundKib) << rss;
 }
 
 TEST_F(EgressTest, MalformedDnsGetsFormerrOrNothingAndTheStubKeepsAnswering) {
