@@ -82,6 +82,12 @@ Status drop_privileges(const policy::Policy& policy) {
   return {};
 }
 
+Status apply_memory_limit(const policy::Limits& limits) {
+  struct rlimit rl {limits.memory_bytes, limits.memory_bytes};
+  if (::setrlimit(RLIMIT_DATA, &rl) != 0) return errno_error("setrlimit RLIMIT_DATA (memory)");
+  return {};
+}
+
 Status apply_rlimits(const policy::Limits& limits) {
   struct Limit {
     int resource;
@@ -89,7 +95,6 @@ Status apply_rlimits(const policy::Limits& limits) {
     const char* name;
   };
   const Limit table[] = {
-      {RLIMIT_DATA, limits.memory_bytes, "RLIMIT_DATA (memory)"},
       {RLIMIT_NPROC, limits.pids, "RLIMIT_NPROC (pids)"},
       {RLIMIT_NOFILE, limits.open_files, "RLIMIT_NOFILE (open files)"},
       {RLIMIT_CORE, 0, "RLIMIT_CORE"},

@@ -23,9 +23,15 @@ Status become_sandbox_ids(const policy::Policy& policy);
 // Child side, after the mounts: switch to the agent's ids and drop every capability.
 Status drop_privileges(const policy::Policy& policy);
 
-// Child side: resource limits of C9 as rlimits (memory as RLIMIT_DATA, pids as
+// Child side: resource limits of C9 as rlimits (memory: apply_memory_limit; pids as
 // RLIMIT_NPROC within the sandbox's user namespace, open files, no cores;
 // the write quota is the size of the tmpfs mounts, which gives ENOSPC rather than SIGXFSZ).
 Status apply_rlimits(const policy::Limits& limits);
+
+// RLIMIT_DATA (the memory limit), set by the launcher as the very last step before execve:
+// a lower limit counts the supervisor's own address space the child still shares until
+// exec (large under AddressSanitizer, or after a big allocation), so setting it earlier
+// could make the launcher's last allocations fail. The agent's image starts under it.
+Status apply_memory_limit(const policy::Limits& limits);
 
 }  // namespace soyaos::comet

@@ -181,6 +181,12 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
   std::vector<char*> envp;
   for (const auto& e : policy.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  // The memory limit last: nothing is allocated between it and the new image.
+  if (auto s = apply_memory_limit(policy.limits); !s) {
+    ControlHeader h{kMsgExecFailed, s.error().err};
+    (void)::send(sock, &h, sizeof h, MSG_NOSIGNAL);
+    ::_exit(126);
+  }
   ::execve(policy.executable.c_str(), argv.data(), envp.data());
   ControlHeader h{kMsgExecFailed, errno};
   (void)::send(sock, &h, sizeof h, MSG_NOSIGNAL);
