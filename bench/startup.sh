@@ -44,20 +44,20 @@ median_ms() {  # JSON INDEX
 }
 
 echo "== startup: python3 pack that does nothing ($RUNS runs each, median wall time)"
-hf startup "/usr/bin/python3 -c pass" "$BWRAP /usr/bin/python3 -c pass" "$SOYAOS run $work/noop --out $work/out"
+hf startup "/usr/bin/python3 -c pass" "$BWRAP /usr/bin/python3 -c pass" "$SOYAOS run --no-cache $work/noop --out $work/out"
 bare=$(median_ms "$work/startup.json" 0); bw=$(median_ms "$work/startup.json" 1); sy=$(median_ms "$work/startup.json" 2)
 printf '  %-28s %8s ms\n' "bare python3" "$bare" "bwrap" "$bw" "soyaos run" "$sy"
 python3 -c "import sys; b,w,s=map(float,sys.argv[1:]); print('  soyaos/bwrap = %.2fx   soyaos/bare = %.2fx   (target: soyaos/bwrap <= 1.5x)' % (s/w, s/b))" "$bare" "$bw" "$sy"
 
 echo "== observation: $IMPORTS"
-hf observe "/usr/bin/python3 -c '$IMPORTS'" "$SOYAOS run $work/imports --out $work/out" \
-  "env SOYAOS_BENCH_UNOBSERVED=1 $SOYAOS run $work/imports --out $work/out"
+hf observe "/usr/bin/python3 -c '$IMPORTS'" "$SOYAOS run --no-cache $work/imports --out $work/out" \
+  "env SOYAOS_BENCH_UNOBSERVED=1 $SOYAOS run --no-cache $work/imports --out $work/out"
 bare=$(median_ms "$work/observe.json" 0); obs=$(median_ms "$work/observe.json" 1); un=$(median_ms "$work/observe.json" 2)
 printf '  %-28s %8s ms\n' "bare python3" "$bare" "soyaos, observed" "$obs" "soyaos, unobserved" "$un"
 python3 -c "import sys; o,u=map(float,sys.argv[1:]); print('  observed/unobserved = %.2fx   (target <= 1.20x)' % (o/u))" "$obs" "$un"
 
 echo "== per-layer setup cost and supervisor memory (median of 20 runs)"
-for i in $(seq 20); do "$SOYAOS" run "$work/imports" --out "$work/out" --events - | tail -1; done > "$work/events.jsonl"
+for i in $(seq 20); do "$SOYAOS" run --no-cache "$work/imports" --out "$work/out" --events - | tail -1; done > "$work/events.jsonl"
 python3 - "$work/events.jsonl" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l)["data"] for l in open(sys.argv[1])]
