@@ -21,11 +21,15 @@
 #include <nlohmann/json.hpp>
 
 #include "common/digest.h"
+#include "moon/sqlite_util.h"
 #include "common/unique_fd.h"
 #include "scope/events.h"
 
 namespace soyaos::moon {
 namespace {
+
+using detail::Stmt;
+using detail::Txn;
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
@@ -74,38 +78,6 @@ CREATE TABLE IF NOT EXISTS counters (
 )sql";
 
 // A prepared statement, finalized on scope exit.
-class Stmt {
- public:
-  explicit Stmt(sqlite3_stmt* s) : s_(s) {}
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  Stmt(Stmt&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  Stmt& operator=(Stmt&&) = delete;
-  ~Stmt() { sqlite3_finalize(s_); }
-  Stmt& bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  int step() { return sqlite3_step(s_); }
-  void reset() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
-  std::string text(int col) {
-    const auto* p = sqlite3_column_text(s_, col);
-    return p == nullptr ? std::string()
-                        : std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, col)));
-  }
-  int64_t integer(int col) { return sqlite3_column_int64(s_, col); }
-
- private:
-  sqlite3_stmt* s_;
-};
-
 bool is_corruption(int rc) {
   rc &= 0xff;
   return rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
@@ -138,32 +110,6 @@ Status step_done(Stmt& s, sqlite3* db, const fs::path& dir, const std::string& w
   if (rc == SQLITE_DONE || rc == SQLITE_ROW) return {};
   return db_error(db, dir, what);
 }
-
-// A write transaction (BEGIN IMMEDIATE), rolled back unless committed.
-class Txn {
- public:
-  Txn(sqlite3* db, const fs::path& dir) : db_(db), dir_(dir) {}
-  Status begin() {
-    auto s = exec(db_, dir_, "BEGIN IMMEDIATE", "begin a cache transaction");
-    open_ = s.ok();
-    return s;
-  }
-  Status commit() {
-    auto s = exec(db_, dir_, "COMMIT", "commit to the cache index");
-    if (s) open_ = false;
-    return s;
-  }
-  ~Txn() {
-    if (open_) (void)sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  Txn(const Txn&) = delete;
-  Txn& operator=(const Txn&) = delete;
-
- private:
-  sqlite3* db_;
-  const fs::path& dir_;
-  bool open_ = false;
-};
 
 // flock(2) on HOME/cache/.lock: storers share it from their first blob to their index
 // row, so an exclusive holder (eviction, clear, a corrupt entry's removal) never deletes
@@ -487,7 +433,7 @@ Status ResultCache::init_schema() {
     return make_error("the cache index " + (dir_ / "index.db").string() + " has schema version " + std::to_string(*v) +
                       ", newer than this soyaos supports");
   }
-  Txn txn(db_, dir_);
+  Txn txn(db_, dir_, exec, "begin a cache transaction", "commit to the cache index");
   if (auto s = txn.begin(); !s) return s;
   v = version();  // another process may have created it meanwhile
   if (!v) return v.error();
@@ -680,7 +626,7 @@ Status ResultCache::materialise_out(const CacheHit& hit, const fs::path& dest) {
 }
 
 Status ResultCache::touch(const std::string& key) {
-  Txn txn(db_, dir_);
+  Txn txn(db_, dir_, exec, "begin a cache transaction", "commit to the cache index");
   if (auto s = txn.begin(); !s) return s;
   auto up = prepare(db_, dir_, "UPDATE entries SET last_used=?2, hits=hits+1 WHERE key=?1");
   if (!up) return up.error();
@@ -708,7 +654,7 @@ Status ResultCache::drop_entry(const std::string& key, bool corrupt, const std::
   auto lock = CacheLock::take(dir_, true);
   if (!lock) return lock.error();
   {
-    Txn txn(db_, dir_);
+    Txn txn(db_, dir_, exec, "begin a cache transaction", "commit to the cache index");
     if (auto s = txn.begin(); !s) return s;
     auto del = prepare(db_, dir_, "DELETE FROM entries WHERE key=?1");
     if (!del) return del.error();
@@ -819,7 +765,7 @@ Result<bool> ResultCache::store(const CacheStoreRequest& r) {
     return fsync_dir(blobs);
   };
   auto insert_row = [&]() -> Result<bool> {
-    Txn txn(db_, dir_);
+    Txn txn(db_, dir_, exec, "begin a cache transaction", "commit to the cache index");
     if (auto s = txn.begin(); !s) return s.error();
     auto ins = prepare(db_, dir_,
                        "INSERT OR IGNORE INTO entries (key, manifest, pack, version, pack_digest, run_id, provable, "
@@ -881,7 +827,7 @@ Result<int64_t> ResultCache::evict_to(uint64_t max_bytes) {
   if (!lock) return lock.error();
   int64_t evicted = 0;
   {
-    Txn txn(db_, dir_);
+    Txn txn(db_, dir_, exec, "begin a cache transaction", "commit to the cache index");
     if (auto s = txn.begin(); !s) return s.error();
     auto q = prepare(db_, dir_, "SELECT key, size, (SELECT SUM(size) FROM entries) FROM entries ORDER BY last_used, key");
     if (!q) return q.error();
@@ -974,7 +920,7 @@ Result<int64_t> ResultCache::clear(const std::optional<std::string>& pack) {
   if (!lock) return lock.error();
   int64_t removed = 0;
   {
-    Txn txn(db_, dir_);
+    Txn txn(db_, dir_, exec, "begin a cache transaction", "commit to the cache index");
     if (auto s = txn.begin(); !s) return s.error();
     if (pack) {
       auto refs = prepare(db_, dir_, "DELETE FROM refs WHERE key IN (SELECT key FROM entries WHERE pack=?1)");

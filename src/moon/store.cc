@@ -1,5 +1,7 @@
 #include "moon/store.h"
 
+#include "moon/sqlite_util.h"
+
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -11,6 +13,9 @@
 
 namespace soyaos::moon {
 namespace {
+
+using detail::Stmt;
+using detail::Txn;
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
@@ -59,43 +64,6 @@ CREATE INDEX IF NOT EXISTS events_type ON events (type);
 CREATE INDEX IF NOT EXISTS events_pack ON events (pack);
 CREATE INDEX IF NOT EXISTS events_time ON events (time);
 )sql";
-
-// A prepared statement, finalized on scope exit.
-class Stmt {
- public:
-  Stmt(sqlite3_stmt* s) : s_(s) {}  // NOLINT(google-explicit-constructor)
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  Stmt(Stmt&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  ~Stmt() { sqlite3_finalize(s_); }
-  Stmt& bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  Stmt& bind_null(int i) {
-    sqlite3_bind_null(s_, i);
-    return *this;
-  }
-  Stmt& bind_opt(int i, const std::string* v) { return v != nullptr ? bind(i, *v) : bind_null(i); }
-  int step() { return sqlite3_step(s_); }
-  void reset() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
-  std::string text(int col) {
-    const auto* p = sqlite3_column_text(s_, col);
-    return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p),
-                                                      static_cast<size_t>(sqlite3_column_bytes(s_, col)));
-  }
-  int64_t integer(int col) { return sqlite3_column_int64(s_, col); }
-
- private:
-  sqlite3_stmt* s_;
-};
 
 Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
   return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
@@ -191,32 +159,6 @@ Result<Stmt> prepare(sqlite3* db, const fs::path& path, const std::string& sql) 
   return Stmt(s);
 }
 
-// A write transaction (BEGIN IMMEDIATE), rolled back unless committed.
-class Txn {
- public:
-  Txn(sqlite3* db, const fs::path& path) : db_(db), path_(path) {}
-  Status begin() {
-    auto s = exec(db_, path_, "BEGIN IMMEDIATE", "begin a transaction");
-    open_ = s.ok();
-    return s;
-  }
-  Status commit() {
-    auto s = exec(db_, path_, "COMMIT", "commit");
-    if (s) open_ = false;
-    return s;
-  }
-  ~Txn() {
-    if (open_) (void)sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  Txn(const Txn&) = delete;
-  Txn& operator=(const Txn&) = delete;
-
- private:
-  sqlite3* db_;
-  const fs::path& path_;
-  bool open_ = false;
-};
-
 Status step_done(Stmt& s, sqlite3* db, const fs::path& path, const std::string& what) {
   int rc = s.step();
   if (rc == SQLITE_DONE || rc == SQLITE_ROW) return {};
@@ -267,7 +209,7 @@ Status Store::init_schema() {
   if (*v > kSchemaVersion)
     return make_error("the Moon database " + path_.string() + " has schema version " + std::to_string(*v) +
                       ", newer than this soyaos supports (" + std::to_string(kSchemaVersion) + ")");
-  Txn txn(db_, path_);
+  Txn txn(db_, path_, exec, "begin a transaction", "commit");
   if (auto s = txn.begin(); !s) return s;
   v = read_version();  // another process may have created it meanwhile
   if (!v) return v.error();
@@ -316,7 +258,7 @@ Result<std::optional<PackRecord>> Store::pack_by_digest(const std::string& diges
 }
 
 Result<bool> Store::insert_pack(const PackRecord& p, const json& pushed_event) {
-  Txn txn(db_, path_);
+  Txn txn(db_, path_, exec, "begin a transaction", "commit");
   if (auto s = txn.begin(); !s) return s.error();
   auto st = prepare(db_, path_,
                     "INSERT OR IGNORE INTO packs (name, version, digest, tree_digest, oci_manifest, "
@@ -402,7 +344,7 @@ Status Store::append_events(std::span<const json> events) {
   if (events.empty()) return {};
   // Nested inside insert_pack's transaction when one is open (autocommit off).
   const bool own = sqlite3_get_autocommit(db_) != 0;
-  Txn txn(db_, path_);
+  Txn txn(db_, path_, exec, "begin a transaction", "commit");
   if (own) {
     if (auto s = txn.begin(); !s) return s;
   }
