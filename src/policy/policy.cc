@@ -129,7 +129,6 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   p.runtime = m.agent.runtime;
   p.limits = {m.resources.memory_bytes, m.resources.pids, m.resources.timeout_ms,
               m.resources.write_quota_bytes, m.resources.open_files};
-  p.egress_requested = m.capabilities.egress_any || !m.capabilities.egress.empty();
   p.egress_any = m.capabilities.egress_any;
   p.egress = m.capabilities.egress;
   for (const auto& e : p.egress) p.moon_proxy = p.moon_proxy || e.protocol == manifest::Protocol::moon_proxy;

@@ -82,7 +82,6 @@ struct Policy {
   std::string out_sandbox_path = "/workdir/out";
   bool out_writable = false;           // /workdir/out declared in fs.write
   std::filesystem::path out_host_dir;  // where /workdir/out is collected after the run
-  bool egress_requested = false;       // the manifest declares egress (any entry, or "*")
   bool egress_any = false;             // egress: "*"
   std::vector<manifest::EgressEntry> egress;  // the manifest's entries, in order
   bool moon_proxy = false;             // an entry with protocol moon-proxy (C7)

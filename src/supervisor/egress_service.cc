@@ -226,7 +226,6 @@ struct EgressService::Impl {
   std::vector<std::unique_ptr<DnsTcp>> dead_dns;
   std::vector<std::unique_ptr<Flow>> dead_flows;
   uint64_t next_id = 1;
-  std::atomic<uint64_t> n_dns{0}, n_conns{0}, n_refused{0};
   Watch w_wake{Kind::wake}, w_timer{Kind::timer}, w_nflog{Kind::nflog}, w_dns_udp{Kind::dns_udp},
       w_dns_tcp{Kind::dns_tcp_listen}, w_gw4{Kind::gateway_listen}, w_gw6{Kind::gateway_listen},
       w_proxy{Kind::proxy_listen}, w_pool{Kind::wake};
@@ -249,7 +248,6 @@ struct EgressService::Impl {
 
   void violation(const std::string& resource, const std::string& syscall, const std::string& err,
                  const std::string& closest, const std::string& detail) {
-    n_refused.fetch_add(1, std::memory_order_relaxed);
     Violation v;
     v.surface = "network";
     v.resource = resource;
@@ -439,7 +437,6 @@ struct EgressService::Impl {
 
   // ---- the DNS stub ----
   std::vector<uint8_t> dns_reply(std::span<const uint8_t> msg, bool tcp) {
-    n_dns.fetch_add(1, std::memory_order_relaxed);
     auto q = network::parse_dns_query(msg);
     if (!q) {
       auto r = network::dns_header_reply_for(msg);
@@ -635,7 +632,6 @@ struct EgressService::Impl {
     c->ev_agent = c->ev_up = UINT32_MAX;  // not in the epoll set yet
     Conn* conn = c.get();
     conns[conn->id] = std::move(c);
-    n_conns.fetch_add(1, std::memory_order_relaxed);
     return conn;
   }
 
@@ -1484,10 +1480,6 @@ void EgressService::stop() {
   }
   if (impl_->thread.joinable()) impl_->thread.join();
   if (impl_->pool) impl_->finish();
-}
-
-EgressService::Stats EgressService::stats() const {
-  return {impl_->n_dns.load(), impl_->n_conns.load(), impl_->n_refused.load()};
 }
 
 }  // namespace soyaos::supervisor

@@ -54,11 +54,6 @@ class EgressService {
   // egress_closed), joins the thread. Idempotent.
   void stop();
 
-  struct Stats {
-    uint64_t dns_queries = 0, connections = 0, refused = 0;
-  };
-  [[nodiscard]] Stats stats() const;
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -22,7 +22,6 @@ manifest::EgressEntry entry(const std::string& host, uint16_t port, Protocol pro
 policy::Policy with_entries(std::vector<manifest::EgressEntry> entries) {
   policy::Policy p;
   p.egress = std::move(entries);
-  p.egress_requested = !p.egress.empty();
   return p;
 }
 
@@ -137,7 +136,6 @@ TEST(EgressPlan, OperatorDenyRemovesEntries) {
 TEST(EgressPlan, AnyRedirectsAllTcpAndHandsOutAddressesPerName) {
   policy::Policy p;
   p.egress_any = true;
-  p.egress_requested = true;
   policy::OperatorNetwork net;
   net.egress_deny = {"*.blocked.test"};
   auto plan = EgressPlan::build(p, net);
