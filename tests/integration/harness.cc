@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -110,10 +111,15 @@ class MoonDaemons {
     }
     std::error_code ec;
     if (std::filesystem::exists(home, ec) && !std::filesystem::is_directory(home, ec)) return "";
+    // PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process: a daemon
+    // first needed by a test's worker thread (racing runs) would be killed when that thread
+    // ends, under the other thread's run. Only a daemon forked by the main thread gets it;
+    // the others are stopped by ~MoonDaemons like every daemon.
+    const bool main_thread = ::syscall(SYS_gettid) == ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) return "";
     if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (main_thread) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       int devnull = ::open("/dev/null", O_RDWR);
       ::dup2(devnull, STDIN_FILENO);
       ::dup2(devnull, STDOUT_FILENO);
