@@ -11,6 +11,7 @@ PACKAGES=(
   libseccomp-dev libcap-dev libsqlite3-dev libssl-dev libmnl-dev libnftables-dev
   libgtest-dev libgmock-dev
   python3 nodejs util-linux iproute2 nftables
+  python3-requests python3-httpx python3-dev  # tests/compat: clients, a C extension's headers
   clang libclang-rt-14-dev  # libFuzzer and sanitizers
   bubblewrap hyperfine      # benchmark peers
 )
@@ -30,6 +31,23 @@ if ((${#missing[@]})); then
     echo "  sudo apt-get install ${missing[*]}" >&2
     exit 1
   fi
+fi
+
+# The compatibility corpus' npm packages (tests/compat/node: openai and @anthropic-ai/sdk,
+# pinned by the committed package-lock.json) go to tests/compat/node/node_modules (gitignored):
+# `npm ci` runs only when they are missing or the lockfile changed. (npm comes with Node:
+# Debian's `npm` package, or NodeSource's `nodejs`, which bundles it.)
+compat_node=tests/compat/node
+compat_stamp=$compat_node/node_modules/.soyaos-lock.sha256
+compat_lock=$(sha256sum "$compat_node/package-lock.json" | cut -d' ' -f1)
+if [[ "$(cat "$compat_stamp" 2>/dev/null)" != "$compat_lock" ]]; then
+  if ! command -v npm >/dev/null; then
+    echo "setup: npm is missing (tests/compat needs it); install it with: sudo apt-get install npm" >&2
+    exit 1
+  fi
+  echo "setup: npm ci in $compat_node"
+  (cd "$compat_node" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$compat_lock" >"$compat_stamp"
 fi
 
 BUILD_DIR=${BUILD_DIR:-build}
