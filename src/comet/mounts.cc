@@ -5,9 +5,11 @@
 #include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -103,6 +105,53 @@ Status mount_tmpfs(const std::string& dst, uint64_t size, uid_t uid, gid_t gid, 
                      ",uid=" + std::to_string(uid) + ",gid=" + std::to_string(gid);
   if (::mount("tmpfs", dst.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
     return errno_error("mount tmpfs at " + dst);
+  }
+  return {};
+}
+
+// The run's one write-quota tmpfs (M1: one total over every writable path, bytes and
+// inodes). Mounted once at a staging path; each writable path is a bind of one of its
+// subdirectories, then the staging mount is detached (the binds keep it alive), so the agent
+// never sees its root. tmpfs reads size=0 and nr_inodes=0 as "no limit": a zero quota is one
+// page with no inode to spare, so not even an empty file can be created (ENOSPC).
+Status mount_quota_tmpfs(const std::string& dst, const policy::Policy& policy, uid_t uid, gid_t gid) {
+  if (auto s = make_dirs(dst); !s) return s;
+  // Inodes the Comet itself uses there: the root, and every directory it may create as a
+  // mount point of a writable path (bounded by the path components of every target).
+  uint64_t structure = 1;
+  for (const auto& m : policy.mounts) structure += static_cast<uint64_t>(std::count(m.target.begin(), m.target.end(), '/'));
+  const uint64_t quota = policy.limits.write_quota_bytes;
+  const uint64_t inodes = structure + policy::write_quota_inodes(quota);
+  std::string opts = "size=" + std::to_string(quota == 0 ? 1 : quota) + ",nr_inodes=" + std::to_string(inodes) +
+                     ",mode=0755,uid=" + std::to_string(uid) + ",gid=" + std::to_string(gid);
+  if (::mount("tmpfs", dst.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+    return errno_error("mount the write-quota tmpfs (" + opts + ")");
+  }
+  return {};
+}
+
+// Once every writable path is bound: the inode limit becomes exactly what the Comet used
+// plus the quota's share, so a zero quota leaves not one inode free.
+Status seal_quota_tmpfs(const std::string& dst, const policy::Policy& policy) {
+  struct statvfs st {};
+  if (::statvfs(dst.c_str(), &st) != 0) return errno_error("statvfs the write-quota tmpfs");
+  const uint64_t used = st.f_files - st.f_ffree;
+  const uint64_t quota = policy.limits.write_quota_bytes;
+  const std::string opts = "size=" + std::to_string(quota == 0 ? 1 : quota) +
+                           ",nr_inodes=" + std::to_string(used + policy::write_quota_inodes(quota));
+  if (::mount(nullptr, dst.c_str(), nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+    return errno_error("remount the write-quota tmpfs (" + opts + ")");
+  }
+  return {};
+}
+
+// A writable path: a fresh subdirectory of the write-quota tmpfs bound at dst.
+Status bind_quota_dir(const std::string& quota_root, size_t index, const std::string& dst) {
+  const std::string dir = quota_root + "/w" + std::to_string(index);
+  if (::mkdir(dir.c_str(), 0755) != 0) return errno_error("mkdir " + dir);
+  if (auto s = make_dirs(dst); !s) return s;
+  if (::mount(dir.c_str(), dst.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    return errno_error("bind the write-quota directory at " + dst.substr(std::strlen(kStage)));
   }
   return {};
 }
@@ -241,6 +290,12 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
     return errno_error("mount root tmpfs");
   }
   const std::string stage = kStage;
+  const std::string quota_root = stage + "/.quota";
+  const bool any_writable = std::any_of(policy.mounts.begin(), policy.mounts.end(),
+                                        [](const MountSpec& m) { return m.kind == MountSpec::Kind::tmpfs_rw; });
+  if (any_writable) {
+    if (auto s = mount_quota_tmpfs(quota_root, policy, policy.sandbox_uid, policy.sandbox_gid); !s) return s.error();
+  }
   SandboxRoot root;
   for (size_t i = 0; i < policy.mounts.size(); ++i) {
     const auto& m = policy.mounts[i];
@@ -261,7 +316,7 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
         s = bind_fd(sources[i].fd.get(), dst, sources[i].is_dir);
         break;
       case MountSpec::Kind::tmpfs_rw:
-        s = mount_tmpfs(dst, m.size_bytes, policy.sandbox_uid, policy.sandbox_gid, "0755");
+        s = bind_quota_dir(quota_root, i, dst);
         if (s && m.target == policy.out_sandbox_path) {
           root.out_dir.reset(::open(dst.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
           if (!root.out_dir) s = errno_error("open " + dst);
@@ -296,6 +351,12 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
     if (!s) return s.error();
   }
   sources.clear();
+  if (any_writable) {
+    if (auto s = seal_quota_tmpfs(quota_root, policy); !s) return s.error();
+    // The binds keep the quota tmpfs alive; its root is no longer reachable.
+    if (::umount2(quota_root.c_str(), MNT_DETACH) != 0) return errno_error("detach the write-quota staging mount");
+    if (::rmdir(quota_root.c_str()) != 0) return errno_error("remove " + quota_root);
+  }
   // The staging directories of the masked mounts are gone; remove their parents.
   for (const char* d : {"/.layers", "/.files"}) (void)::rmdir((stage + d).c_str());
 

@@ -222,7 +222,8 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   for (const auto& r : m.capabilities.fs_read) {
     if (!manifest::path_covers(kWorkdir, r.path)) p.fs.read.push_back(r.path);
   }
-  // Other declared write paths: private, empty, size-limited tmpfs, discarded (C2).
+  // Other declared write paths: private, empty, discarded (C2); each is a directory of the
+  // one write-quota tmpfs that /workdir/out shares (M1: one total, bytes and inodes).
   for (const auto& w : m.capabilities.fs_write) {
     p.fs.write.push_back(w.path);
     if (manifest::path_covers(kOut, w.path)) continue;  // inside the collected tmpfs

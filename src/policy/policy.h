@@ -22,7 +22,8 @@ struct MountSpec {
   enum class Kind {
     bind_ro,       // host `source` bound read-only at `target`
     bind_rw,       // host `source` bound read-write at `target` (operator --mount :rw only)
-    tmpfs_rw,      // private, empty, size-limited tmpfs (fs.write paths, /workdir/out)
+    tmpfs_rw,      // private, empty directory of the run's one write-quota tmpfs (fs.write
+                   // paths, /workdir/out): every such path shares Limits::write_quota_bytes
     symlink,       // `target` is a symlink whose content is `source` (merged-/usr links)
     file,          // generated file with `content` (/etc/passwd ...), read-only
     pack_root,     // /workdir: each top-level pack entry bound read-only, symlinks copied
@@ -58,6 +59,20 @@ struct Limits {
   uint64_t write_quota_bytes = 0;
   uint32_t open_files = 0;
 };
+
+// The inode half of write_quota (M1 "bytes and inodes"): files, directories, symlinks and
+// sockets the agent may create across every writable path together. One per KiB of quota,
+// at least 8 when the quota is not 0, at most 65536; 0 with a zero quota (no writable
+// space at all). docs/sandbox.md "Write quota".
+inline constexpr uint64_t kWriteQuotaBytesPerInode = 1024;
+inline constexpr uint64_t kWriteQuotaMinInodes = 8;
+inline constexpr uint64_t kWriteQuotaMaxInodes = 65536;
+inline uint64_t write_quota_inodes(uint64_t quota_bytes) {
+  if (quota_bytes == 0) return 0;
+  uint64_t n = quota_bytes / kWriteQuotaBytesPerInode;
+  if (n < kWriteQuotaMinInodes) n = kWriteQuotaMinInodes;
+  return n > kWriteQuotaMaxInodes ? kWriteQuotaMaxInodes : n;
+}
 
 struct Identity {
   std::string run_id;

@@ -686,6 +686,46 @@ def output_flood(mib):
     return mib
 
 
+def fill_until_full(path, limit):
+    """Bytes written into PATH before ENOSPC (or LIMIT). Data is fsync-free: tmpfs
+    charges a page when it is written."""
+    written = 0
+    chunk = b"\xbb" * 65536
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while written < limit:
+            try:
+                n = os.write(fd, chunk)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                break
+            written += n
+    finally:
+        os.close(fd)
+    return written
+
+
+def create_until_full(parent, kind, limit=200000):
+    """How many empty files or directories fit under PARENT before ENOSPC."""
+    n = 0
+    while n < limit:
+        p = os.path.join(parent, "%s%d" % (kind, n))
+        try:
+            if kind == "d":
+                os.mkdir(p)
+            elif kind == "l":
+                os.symlink("x", p)
+            else:
+                os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            break
+        n += 1
+    return n
+
+
 def group_resources(args):
     what = args[0]
     if what == "threads":
@@ -697,6 +737,28 @@ def group_resources(args):
         case("res.shared_anon_256", lambda: shared_alloc(256))
     elif what == "quota":
         case("res.fill_past_quota", lambda: fill("/workdir/out/fill", 32 << 20))
+    elif what == "quota_total":
+        # Every writable path named on the command line, filled in turn: the sum is the quota.
+        total = 0
+        for i, path in enumerate(args[1:]):
+            got = []
+            case("res.quota_fill_%d" % i, lambda p=path: got.append(fill_until_full(p + "/fill", 64 << 20)) or got[0])
+            total += got[0] if got else 0
+        report("res.quota_total", "ok %d" % total)
+    elif what == "inodes":
+        total = 0
+        for i, path in enumerate(args[1:]):
+            for kind in ("f", "d", "l"):
+                got = []
+                case("res.inodes_%s_%d" % (kind, i), lambda p=path, k=kind: got.append(create_until_full(p, k)) or got[0])
+                total += got[0] if got else 0
+        report("res.inodes_total", "ok %d" % total)
+    elif what == "zero":
+        for i, path in enumerate(args[1:]):
+            case("res.zero_create_%d" % i, lambda p=path: os.close(os.open(p + "/f", os.O_WRONLY | os.O_CREAT, 0o644)))
+            case("res.zero_mkdir_%d" % i, lambda p=path: os.mkdir(p + "/d"))
+            case("res.zero_symlink_%d" % i, lambda p=path: os.symlink("x", p + "/l"))
+            case("res.zero_statvfs_%d" % i, lambda p=path: "%d %d" % (os.statvfs(p).f_bfree, os.statvfs(p).f_ffree))
     elif what == "fds":
         case("res.fd_exhaust", fd_exhaust)
         case("res.raise_nofile", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096)))

@@ -1,0 +1,192 @@
+// Escape suite, "resources the host must not lose" (issue #15, SPEC C9, M1): hostile
+// programs (tests/escape/packs/attack/attack.py, group `resources`) try to take more of the
+// host than the manifest declares, and the host checks what it actually lost: bytes and
+// inodes of the writable tmpfs, host memory (MemAvailable, Shmem), and that an exceeded
+// memory limit ends the run with 137 and a `limit_exceeded` event. ctest runs every test as
+// root and (prefix `rootless.`) as nobody.
+//
+// A case that fails here is a gap in the Comet: the assertion states the SAFE outcome and
+// must not be loosened to make it pass.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace soyaos::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct LimitRun {
+  RunOutput output;
+  std::vector<json> events;
+  std::map<std::string, std::string> cases;
+
+  std::string get(const std::string& name) const {
+    auto it = cases.find(name);
+    return it == cases.end() ? "<missing>" : it->second;
+  }
+  // The number after "ok " of a case, or -1.
+  long long number(const std::string& name) const {
+    std::string v = get(name);
+    if (v.rfind("ok ", 0) != 0) return -1;
+    return std::stoll(v.substr(3));
+  }
+  std::vector<json> of_type(const std::string& type) const {
+    std::vector<json> out;
+    for (const auto& e : events) {
+      if (e.value("type", "") == type) out.push_back(e);
+    }
+    return out;
+  }
+  std::string context() const {
+    std::string out = output.out.size() > 3000 ? output.out.substr(0, 3000) + "..." : output.out;
+    std::string err = output.err.size() > 3000 ? output.err.substr(0, 3000) + "..." : output.err;
+    return "exit=" + std::to_string(output.exit_code) + "\nstdout:\n" + out + "\nstderr:\n" + err;
+  }
+};
+
+// /proc/meminfo field in KiB.
+[[maybe_unused]] long long meminfo_kib(const std::string& field) {
+  std::istringstream in(read_file("/proc/meminfo"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+class LimitsEscapeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (rootless_mode() && ::geteuid() != 0) GTEST_SKIP() << "rootless variant needs root to drop to nobody";
+    pack_ = dir_.copy_from_source("tests/escape/packs/attack", "pack");
+  }
+
+  // The attack pack with these fs.write paths and resources.
+  void set_manifest(const std::string& write_paths, const std::string& resources) {
+    dir_.write("pack/soyapack.yaml", R"(soyapack: v0
+name: escape-limits
+version: 0.1.0
+agent: {runtime: python3, entrypoint: attack.py}
+capabilities:
+  egress: []
+  fs: {read: [/workdir], write: [)" + write_paths + R"(]}
+  determinism_tier: side-effect
+resources: )" + resources + "\n");
+  }
+
+  LimitRun attack(const std::vector<std::string>& group_and_args) {
+    auto events = dir_.path() / "events.jsonl";
+    fs::remove(events);
+    std::vector<std::string> args = {"run",      pack_.string(),   "--out", out_dir().string(),
+                                     "--events", events.string(), "--no-cache", "--"};
+    args.insert(args.end(), group_and_args.begin(), group_and_args.end());
+    LimitRun run;
+    run.output = run_soyaos(args, {}, dir_.path());
+    std::istringstream lines(read_file(events));
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) run.events.push_back(json::parse(line));
+    }
+    std::istringstream out(run.output.out);
+    for (std::string line; std::getline(out, line);) {
+      if (line.rfind("CASE ", 0) != 0) continue;
+      auto sp = line.find(' ', 5);
+      if (sp != std::string::npos) run.cases[line.substr(5, sp - 5)] = line.substr(sp + 1);
+    }
+    EXPECT_NE(run.output.exit_code, 125) << run.context();
+    EXPECT_NE(run.output.exit_code, 124) << "the run hung until its timeout\n" << run.context();
+    return run;
+  }
+
+  fs::path out_dir() const { return dir_.path() / "out"; }
+
+  // Bytes and entries collected onto the host from /workdir/out.
+  std::pair<uintmax_t, uintmax_t> collected() const {
+    uintmax_t bytes = 0, entries = 0;
+    if (!fs::exists(out_dir())) return {0, 0};
+    for (const auto& e : fs::recursive_directory_iterator(out_dir())) {
+      ++entries;
+      if (e.is_regular_file()) bytes += e.file_size();
+    }
+    return {bytes, entries};
+  }
+
+  TempDir dir_;
+  fs::path pack_;
+};
+
+#define EXPECT_CASE(run, name, expected) EXPECT_EQ((run).get(name), expected) << (name) << "\n" << (run).context()
+
+// ---- write_quota: one total over every writable path (M1) --------------------------------
+
+TEST_F(LimitsEscapeTest, WriteQuotaIsOneTotalAcrossEveryWritablePath) {
+  set_manifest("/workdir/out, /tmp/a, /var/b, /scratch", "{write_quota: 4Mi, timeout: 60s}");
+  auto run = attack({"resources", "quota_total", "/workdir/out", "/tmp/a", "/var/b", "/scratch"});
+  // Four paths, one quota: the first fills it, the others get (almost) nothing.
+  const long long total = run.number("res.quota_total");
+  ASSERT_GT(total, 0) << run.context();
+  EXPECT_LE(total, 4LL << 20) << "more than write_quota written in total\n" << run.context();
+  EXPECT_GE(total, (4LL << 20) - (64 << 10)) << "the quota was not usable\n" << run.context();
+  EXPECT_LE(run.number("res.quota_fill_1") + run.number("res.quota_fill_2") + run.number("res.quota_fill_3"),
+            64LL << 10)
+      << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_LE(collected().first, 4u << 20);
+}
+
+TEST_F(LimitsEscapeTest, WriteQuotaSharedInAnyOrder) {
+  set_manifest("/workdir/out, /tmp/a", "{write_quota: 2Mi, timeout: 60s}");
+  auto run = attack({"resources", "quota_total", "/tmp/a", "/workdir/out"});
+  EXPECT_LE(run.number("res.quota_total"), 2LL << 20) << run.context();
+  EXPECT_GE(run.number("res.quota_fill_0"), (2LL << 20) - (64 << 10)) << run.context();
+  EXPECT_LE(run.number("res.quota_fill_1"), 64LL << 10) << run.context();
+  EXPECT_LE(collected().first, 64u << 10);
+}
+
+TEST_F(LimitsEscapeTest, InodesAreBoundedByTheQuota) {
+  // 1 KiB of quota: a handful of inodes (docs/sandbox.md), not tens of thousands.
+  set_manifest("/workdir/out, /tmp/a", "{write_quota: 1Ki, timeout: 60s}");
+  auto run = attack({"resources", "inodes", "/workdir/out", "/tmp/a"});
+  const long long total = run.number("res.inodes_total");
+  ASSERT_GE(total, 0) << run.context();
+  EXPECT_LE(total, 8) << "empty files, directories and symlinks escape the quota\n" << run.context();
+  EXPECT_GE(total, 1) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_LE(collected().second, 8u);
+}
+
+TEST_F(LimitsEscapeTest, InodesOfALargeQuotaStopAtTheDocumentedBound) {
+  set_manifest("/workdir/out, /tmp/a", "{write_quota: 16Mi, timeout: 120s}");
+  auto run = attack({"resources", "inodes", "/tmp/a", "/workdir/out"});
+  // One inode per KiB of quota: 16384 in total across both paths.
+  const long long total = run.number("res.inodes_total");
+  EXPECT_LE(total, 16384) << run.context();
+  EXPECT_GE(total, 16384 - 16) << run.context();
+}
+
+TEST_F(LimitsEscapeTest, ZeroWriteQuotaMeansNoWritableSpace) {
+  set_manifest("/workdir/out, /tmp/a", "{write_quota: 0, timeout: 60s}");
+  auto run = attack({"resources", "zero", "/workdir/out", "/tmp/a"});
+  for (const char* c : {"res.zero_create_0", "res.zero_mkdir_0", "res.zero_symlink_0", "res.zero_create_1",
+                        "res.zero_mkdir_1", "res.zero_symlink_1"}) {
+    EXPECT_CASE(run, c, "errno=ENOSPC");
+  }
+  // And a quota of 0 is not "no limit": nothing is free.
+  for (const char* c : {"res.zero_statvfs_0", "res.zero_statvfs_1"}) {
+    EXPECT_TRUE(run.get(c) == "ok 0 0" || run.get(c) == "ok 1 0") << c << "\n" << run.context();
+  }
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_EQ(collected().second, 0u);
+}
+
+}  // namespace
+}  // namespace soyaos::testing
