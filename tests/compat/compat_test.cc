@@ -124,7 +124,25 @@ class CompatTest : public ::testing::Test {
     };
     replace_all("port: 443,", "port: " + std::to_string(api_->https_port()) + ",");
     replace_all("port: 80,", "port: " + std::to_string(api_->http_port()) + ",");
+    fs::remove(pack / "soyapack.yaml");
     dir_.write("pack/soyapack.yaml", m);
+  }
+
+  // The pack's egress becomes the Moon proxy alone (C7), and the operator's proxy.allow
+  // lists what the pack declared (with the mock's ports): the same clients then go through
+  // the Moon proxy, with the proxy variables (HTTPS_PROXY, ...) or without them.
+  void use_moon_proxy(const fs::path& pack) const {
+    std::string m = read_file(pack / "soyapack.yaml");
+    const size_t begin = m.find("  egress:\n");
+    const size_t end = m.find("  fs:\n");
+    ASSERT_TRUE(begin != std::string::npos && end != std::string::npos && begin < end) << m;
+    std::string entries = m.substr(begin + 10, end - begin - 10);
+    m.replace(begin, end - begin, "  egress:\n    - {host: moon, port: 3128, protocol: moon-proxy}\n");
+    fs::remove(pack / "soyapack.yaml");
+    dir_.write("pack/soyapack.yaml", m);
+    std::string moon = read_file(home_ / "moon.yaml");
+    moon += "proxy:\n  allow:\n" + entries;
+    dir_.write("home/moon.yaml", moon);
   }
 
   // A copy of a corpus pack with the test CA at /workdir/ca/test-ca.pem.
@@ -236,6 +254,35 @@ class CompatTest : public ::testing::Test {
     return reasons;
   }
 
+  // "waiting for: REASON" when the run failed only by a known symptom: at least one check did
+  // not print ok, each such check's detail contains `symptom`, and every violation is known
+  // (kKnownViolations) or satisfies `expected`. "" otherwise (then expect_clean reports it).
+  template <typename Pred>
+  static std::string waiting_if(const CompatRun& r, const std::vector<std::string>& checks,
+                                const std::string& symptom, Pred expected, const std::string& reason) {
+    int failed = 0;
+    for (const auto& c : checks) {
+      auto it = r.results.find(c);
+      if (it == r.results.end()) return "";
+      if (it->second.status == "ok") continue;
+      if (it->second.detail.find(symptom) == std::string::npos) return "";
+      ++failed;
+    }
+    if (failed == 0) return "";
+    std::string reasons = reason;
+    for (const auto& v : r.violations()) {
+      const std::string res = v.value("resource", "");
+      auto k = std::find_if(kKnownViolations.begin(), kKnownViolations.end(),
+                            [&](const Known& known) { return known.resource == res; });
+      if (k != kKnownViolations.end()) {
+        if (reasons.find(k->reason) == std::string::npos) reasons += "; " + k->reason;
+      } else if (!expected(v)) {
+        return "";
+      }
+    }
+    return "waiting for: " + reasons;
+  }
+
   // An allowed group: every check ok, exit 0, zero violations. Returns the skip reason
   // when the only deviation is known violations (see kKnownViolations).
   std::string expect_clean(const CompatRun& r, const std::vector<std::string>& checks) {
@@ -341,6 +388,7 @@ TEST_F(CompatTest, PythonTempfileAndHomeCacheInPrivateScratch) {
   std::string m = read_file(pack / "soyapack.yaml");
   const std::string from = "write: [/workdir/out]";
   m.replace(m.find(from), from.size(), "write: [/workdir/out, /tmp]");
+  fs::remove(pack / "soyapack.yaml");
   dir_.write("pack/soyapack.yaml", m);
   const std::vector<std::string> checks = {"tempfile"};
   auto r = run(pack, python_args(), checks);
@@ -350,6 +398,57 @@ TEST_F(CompatTest, PythonTempfileAndHomeCacheInPrivateScratch) {
   }
   if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
   EXPECT_NE(r.results["tempfile"].detail.find("tmp=/tmp home=/tmp"), std::string::npos) << r.context();
+}
+
+// The same clients through the Moon proxy (C7): urllib, requests and httpx honour
+// HTTPS_PROXY/HTTP_PROXY, which the Comet sets for a moon-proxy pack.
+TEST_F(CompatTest, PythonClientsThroughTheMoonProxy) {
+  const std::vector<std::string> checks = {"urllib_https", "urllib_http", "requests_https", "requests_sse",
+                                           "httpx_sync", "httpx_asyncio", "threads"};
+  fs::path pack = python_pack();
+  use_moon_proxy(pack);
+  auto r = run(pack, python_args(), checks);
+  if (auto why = waiting_if(
+          r, checks, "Tunnel connection failed: 400 Bad Request", [](const json&) { return false; },
+          "proxy: Python's http.client (urllib, requests) sends `CONNECT host:port HTTP/1.0` without Host: the "
+          "Moon proxy answers 400 and emits no event (C7)");
+      !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
+  expect_reached("https", "api.compat.test", "/hello/urllib");
+  expect_reached("http", "plain.compat.test", "/hello/urllib-plain");
+}
+
+// Through the proxy, a name that proxy.allow does not list is refused by the Moon proxy: the
+// client's error (403 to the tunnel), a violation naming the target, exit 3. One run per client:
+// both name the same target.
+TEST_F(CompatTest, HttpxThroughTheMoonProxyIsRefusedOutsideItsAllowlist) {
+  const std::vector<std::string> checks = {"deny_httpx_undeclared_host"};
+  fs::path pack = python_pack();
+  use_moon_proxy(pack);
+  auto r = run(pack, python_args(), checks);
+  expect_results(r, checks, "refused");
+  EXPECT_NE(r.results["deny_httpx_undeclared_host"].detail.find("403"), std::string::npos) << r.context();
+  EXPECT_EQ(r.output.exit_code, 3) << r.context();
+  expect_violation(r, "undeclared.compat.test:" + std::to_string(api_->https_port()) + "/https", "EACCES");
+  expect_never_reached("/nope");
+}
+
+TEST_F(CompatTest, UrllibThroughTheMoonProxyIsRefusedOutsideItsAllowlist) {
+  const std::vector<std::string> checks = {"deny_urllib_undeclared_host"};
+  fs::path pack = python_pack();
+  use_moon_proxy(pack);
+  auto r = run(pack, python_args(), checks);
+  expect_results(r, checks, "refused");
+  if (r.results["deny_urllib_undeclared_host"].detail.find("400 Bad Request") != std::string::npos &&
+      r.violations().empty()) {
+    GTEST_SKIP() << "waiting for: proxy: `CONNECT host:port HTTP/1.0` without Host (Python http.client) is "
+                    "answered 400 with no event (C7: every refusal is a violation)";
+  }
+  EXPECT_EQ(r.output.exit_code, 3) << r.context();
+  expect_violation(r, "undeclared.compat.test:" + std::to_string(api_->https_port()) + "/https", "EACCES");
+  expect_never_reached("/nope");
 }
 
 // ---- Node ---------------------------------------------------------------------------------
@@ -387,6 +486,30 @@ TEST_F(CompatTest, NodeSdksAreRefusedWhereThePackDoesNotReach) {
   // The SDK reported its own connection error (not a crash).
   EXPECT_NE(r.results["deny_openai_undeclared_host"].detail.find("APIConnectionError"), std::string::npos)
       << r.context();
+}
+
+// The SDKs through the Moon proxy. They use fetch, which ignores the proxy variables: a
+// moon-proxy pack must work for such clients too (issue #11).
+TEST_F(CompatTest, NodeSdksThroughTheMoonProxy) {
+  const std::vector<std::string> checks = {"openai_chat", "openai_stream", "anthropic_message", "anthropic_stream",
+                                           "fetch_http", "https_module"};
+  fs::path pack = node_pack(false);
+  if (pack.empty()) return;
+  use_moon_proxy(pack);
+  auto r = run(pack, node_args(), checks);
+  if (auto why = waiting_if(
+          r, checks, "ENOTFOUND",
+          [](const json& v) {
+            return v.value("resource", "").rfind("dns:", 0) == 0 && v.value("errno", "") == "NXDOMAIN";
+          },
+          "proxy: clients that ignore the proxy variables (fetch, hence both SDKs; node:https) get NXDOMAIN for "
+          "the proxy.allow names in a moon-proxy pack (C7)");
+      !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
+  expect_reached("https", "api.openai.com", "/v1/chat/completions");
+  expect_reached("https", "api.anthropic.com", "/v1/messages");
 }
 
 // What Node's os module reports: the CPUs the agent may use, the sandbox's own interfaces.

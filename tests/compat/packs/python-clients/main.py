@@ -254,6 +254,11 @@ def deny_urllib_undeclared_host():
         return r.read()
 
 
+def deny_httpx_undeclared_host():
+    import httpx
+    return httpx.get(ARGS.undeclared + "/nope", timeout=10).text
+
+
 def deny_requests_undeclared_port():
     import requests
     host, _ = host_port(ARGS.https, 443)
