@@ -11,6 +11,9 @@
 //   the Moon proxy listener, handed to a ProxyHandler when the pack declares moon-proxy.
 // Decisions only ever refuse: a connection the ruleset redirected is relayed or reset.
 // docs/network.md describes each check and what it proves.
+// One file per service around the shared loop (egress_impl.h holds their common state):
+// egress_service.cc (the loop), egress_dns.cc, egress_gateway.cc, egress_conn.cc (a TCP
+// connection's upstream side and relay), egress_udp.cc, egress_nflog.cc, egress_proxy.cc.
 #pragma once
 
 #include <functional>

@@ -1,0 +1,341 @@
+// A TCP connection of the gateway or the Moon proxy once its destination is decided: upstream
+// resolution (dns.hosts, then the resolver, refusing private answers), connect, relay both ways
+// with splice(2), close (egress_opened / egress_closed).
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "supervisor/egress_impl.h"
+
+namespace soyaos::supervisor {
+
+// A connection the agent opened (to the gateway or the proxy listener), registered.
+auto EgressService::Impl::new_conn(UniqueFd agent) -> Conn* {
+  auto c = std::make_unique<Conn>();
+  c->id = next_id++;
+  c->agent = std::move(agent);
+  c->started = c->last_activity = now_ms();
+  c->w_agent.obj = c->w_up.obj = c.get();
+  c->ev_agent = c->ev_up = UINT32_MAX;  // not in the epoll set yet
+  Conn* conn = c.get();
+  conns[conn->id] = std::move(c);
+  return conn;
+}
+
+// Resets the agent's connection and reports the attempt.
+void EgressService::Impl::refuse(Conn* c, const std::string& resource, const std::string& closest,
+                                 const std::string& detail) {
+  violation(resource, "connect", "ECONNRESET", closest, detail);
+  close_conn(c, "refused", true);
+}
+
+void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool reset) {
+  if (c->agent) unwatch(c->agent.get());
+  if (c->upstream) unwatch(c->upstream.get());
+  if (c->opened && cb.event) {
+    Json d = base(*c);
+    d["address"] = policy::to_string(c->upstream_addr);
+    d["bytes_out"] = c->bytes_out;
+    d["bytes_in"] = c->bytes_in;
+    d["duration_ms"] = now_ms() - c->started;
+    d["reason"] = reason;
+    cb.event("egress_closed", d);
+  }
+  if (reset) {
+    reset_close(c->agent);
+    reset_close(c->upstream);
+  }
+  c->closed = true;
+  auto it = conns.find(c->id);
+  if (it == conns.end()) return;
+  dead_conns.push_back(std::move(it->second));
+  conns.erase(it);
+}
+
+void EgressService::Impl::resolve(Conn* c) {
+  c->state = State::resolving;
+  c->deadline = now_ms() + limits.connect_timeout_ms;
+  update_interest(c);
+  if (c->literal) {
+    c->addrs = {{c->literal_addr, false}};
+    connect_next(c);
+    return;
+  }
+  // dns.hosts is final and in memory: no need for a resolver thread (and its two
+  // context switches on the connection's critical path).
+  const auto& hosts = plan.operator_network().dns_hosts;
+  if (auto it = hosts.find(c->host); it != hosts.end()) {
+    c->addrs.clear();
+    for (const auto& a : it->second) c->addrs.push_back({a, true});
+    // IPv4 first, as resolve_host orders them.
+    std::stable_sort(c->addrs.begin(), c->addrs.end(),
+                     [](const ResolvedAddress& x, const ResolvedAddress& y) { return !x.addr.v6 && y.addr.v6; });
+    connect_next(c);
+    return;
+  }
+  submit(c->id, c->host);
+}
+
+void EgressService::Impl::resolved() {
+  std::deque<ResolveDone> done;
+  {
+    std::lock_guard lock(pool->mu);
+    done.swap(pool->done);
+  }
+  for (auto& d : done) {
+    if ((d.id & kRelayBit) != 0) {
+      relay_resolved(d.id & ~kRelayBit, d.result);
+      continue;
+    }
+    auto it = conns.find(d.id);
+    if (it == conns.end()) continue;
+    Conn* c = it->second.get();
+    if (c->closed) continue;
+    if (!d.result) {
+      fail_upstream(c, "resolve " + c->host + ": " + d.result.error().describe());
+      continue;
+    }
+    c->addrs = std::move(d.result.value());
+    connect_next(c);
+  }
+}
+
+// Answers in the private ranges only count when dns.hosts gave them or the operator
+// allows the range (C6 rebinding rule); egress.deny also covers addresses.
+std::optional<std::string> EgressService::Impl::address_refusal(const ResolvedAddress& a) const {
+  const auto& net = plan.operator_network();
+  if (net.denies(policy::to_string(a.addr))) return "denied by the operator (egress.deny)";
+  if (!a.from_hosts_map && policy::is_private_address(a.addr) && !net.private_allowed(a.addr)) {
+    return "a private, loopback or link-local address (rebinding; egress.allow_private does not cover it)";
+  }
+  if (!a.from_hosts_map && !net.private_allowed(a.addr) &&
+      std::find(host_addresses.begin(), host_addresses.end(), a.addr) != host_addresses.end()) {
+    return "an address of this host (egress.allow_private does not cover it)";
+  }
+  return std::nullopt;
+}
+
+void EgressService::Impl::connect_next(Conn* c) {
+  std::string refused_detail, refused_addr;
+  while (c->next_addr < c->addrs.size()) {
+    const auto& a = c->addrs[c->next_addr++];
+    if (auto why = address_refusal(a)) {
+      refused_detail = *why;
+      refused_addr = policy::to_string(a.addr);
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = to_sockaddr(a.addr, c->port, &ss);
+    UniqueFd s(::socket(a.addr.v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!s) continue;
+    const int rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len);
+    if (rc != 0 && errno != EINPROGRESS) continue;
+    c->upstream = std::move(s);
+    c->upstream_addr = a.addr;
+    c->state = State::connecting;
+    c->deadline = now_ms() + limits.connect_timeout_ms;
+    if (rc == 0) {
+      connected(c);  // loopback handshakes often complete inside connect(): no wait
+      return;
+    }
+    update_interest(c);
+    return;
+  }
+  if (!refused_addr.empty()) {
+    const std::string resource = c->literal ? egress_target(c->host, c->port, c->protocol)
+                                            : egress_target(c->host + "[" + refused_addr + "]", c->port, c->protocol);
+    if (c->proxy && !c->proxy_answered) {
+      proxy_refuse(c, resource, refused_detail);  // still an HTTP exchange: 403
+      return;
+    }
+    refuse(c, resource,
+           !c->entry_key.empty() ? c->entry_key : c->entry ? plan.entry(*c->entry).key_path : "capabilities.egress",
+           c->proxy ? "Moon proxy: " + refused_detail : refused_detail);
+    return;
+  }
+  fail_upstream(c, "no upstream address of " + c->host + " accepted the connection");
+}
+
+// The destination could not be reached: not the agent's violation, but reported.
+void EgressService::Impl::fail_upstream(Conn* c, const std::string& why) {
+  if (cb.event) {
+    Json d = base(*c);
+    d["bytes_out"] = 0;
+    d["bytes_in"] = 0;
+    d["duration_ms"] = now_ms() - c->started;
+    d["reason"] = "upstream unreachable";
+    d["error"] = why;
+    cb.event("egress_closed", d);
+  }
+  if (c->proxy && !c->proxy_answered && c->proxy_phase == 1) {
+    proxy_reply(c, "502 Bad Gateway", "soyaos moon proxy: " + why + "\n");
+    return;
+  }
+  close_conn(c, "upstream unreachable", true);
+}
+
+void EgressService::Impl::connected(Conn* c) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(c->upstream.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err == EINPROGRESS) return;
+  if (err != 0) {
+    unwatch(c->upstream.get());
+    c->upstream.reset();
+    c->ev_up = UINT32_MAX;
+    connect_next(c);
+    return;
+  }
+  for (Half* h : {&c->up, &c->down}) {
+    int p[2];
+    if (::pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+      fail_upstream(c, "pipe2: " + std::string(std::strerror(errno)));
+      return;
+    }
+    h->pipe_r.reset(p[0]);
+    h->pipe_w.reset(p[1]);
+    (void)::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(limits.pipe_bytes));
+  }
+  c->opened = true;
+  c->last_activity = now_ms();
+  if (cb.event) {
+    Json d = base(*c);
+    d["address"] = policy::to_string(c->upstream_addr);
+    if (!c->sni.empty()) d["sni"] = c->sni;
+    cb.event("egress_opened", d);
+  }
+  // A tcp tunnel is established once the upstream is; an https tunnel was answered 200
+  // before (its ClientHello had to be checked before anything was connected).
+  if (c->proxy && c->proxy_connect && !c->proxy_tls && !send_established(c)) {
+    close_conn(c, "reset", true);
+    return;
+  }
+  c->state = State::relaying;
+  pump(c);
+}
+
+// Moves what can move without blocking, both ways; ends the connection when both
+// directions are finished or one side failed.
+void EgressService::Impl::pump(Conn* c) {
+  bool failed = false;
+  // The agent's first bytes, read for the protocol check, go first.
+  while (c->head_sent < c->head.size()) {
+    ssize_t w = ::send(c->upstream.get(), c->head.data() + c->head_sent, c->head.size() - c->head_sent,
+                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno != EAGAIN) failed = true;
+      break;
+    }
+    c->head_sent += static_cast<size_t>(w);
+    c->bytes_out += static_cast<uint64_t>(w);
+  }
+  if (!failed && c->head_sent == c->head.size()) {
+    failed = !pump_half(c->up, c->agent.get(), c->upstream.get(), &c->bytes_out);
+  }
+  if (!failed) failed = !pump_half(c->down, c->upstream.get(), c->agent.get(), &c->bytes_in);
+  if (failed) {
+    close_conn(c, "reset", true);
+    return;
+  }
+  if (c->up.shut && c->down.shut) {
+    close_conn(c, "closed", false);
+    return;
+  }
+  update_interest(c);
+}
+
+bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter) {
+  for (int rounds = 0; rounds < 16; ++rounds) {
+    bool progress = false;
+    if (h.in_pipe > 0) {
+      ssize_t n = ::splice(h.pipe_r.get(), nullptr, to, nullptr, h.in_pipe, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n > 0) {
+        h.in_pipe -= static_cast<size_t>(n);
+        *counter += static_cast<uint64_t>(n);
+        progress = true;
+      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        return false;
+      }
+    }
+    if (h.in_pipe == 0 && !h.eof) {
+      ssize_t n = ::splice(from, nullptr, h.pipe_w.get(), nullptr, limits.pipe_bytes,
+                           SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n > 0) {
+        h.in_pipe += static_cast<size_t>(n);
+        progress = true;
+      } else if (n == 0) {
+        h.eof = true;
+        progress = true;
+      } else if (errno != EAGAIN && errno != EINTR) {
+        return false;
+      }
+    }
+    if (h.eof && h.in_pipe == 0 && !h.shut) {
+      (void)::shutdown(to, SHUT_WR);  // half-close: the other side learns "no more data"
+      h.shut = true;
+    }
+    if (!progress) break;
+  }
+  return true;
+}
+
+void EgressService::Impl::update_interest(Conn* c) {
+  uint32_t a = 0, u = 0;
+  switch (c->state) {
+    case State::head: a = EPOLLIN; break;
+    case State::resolving: break;
+    case State::connecting: u = EPOLLOUT; break;
+    case State::relaying:
+      if (!c->up.eof && c->up.in_pipe == 0 && c->head_sent == c->head.size()) a |= EPOLLIN;
+      if (c->down.in_pipe > 0) a |= EPOLLOUT;
+      if (!c->down.eof && c->down.in_pipe == 0) u |= EPOLLIN;
+      if (c->up.in_pipe > 0 || c->head_sent < c->head.size()) u |= EPOLLOUT;
+      break;
+  }
+  if (c->agent) rewatch_or_remove(c->agent.get(), a, &c->w_agent, &c->ev_agent);
+  if (c->upstream) rewatch_or_remove(c->upstream.get(), u, &c->w_up, &c->ev_up);
+}
+
+void EgressService::Impl::rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current) {
+  if (events == 0) {
+    if (*current != UINT32_MAX && *current != 0) {
+      // Keep the fd registered with no events (cheaper than DEL/ADD churn).
+      struct epoll_event ev {};
+      ev.data.ptr = w;
+      (void)::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, fd, &ev);
+      *current = 0;
+    } else if (*current == UINT32_MAX) {
+      struct epoll_event ev {};
+      ev.data.ptr = w;
+      (void)::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev);
+      *current = 0;
+    }
+    return;
+  }
+  rewatch(fd, events, w, current);
+}
+
+void EgressService::Impl::conn_event(Conn* c, bool agent_side, uint32_t ev) {
+  switch (c->state) {
+    case State::head:
+      if (agent_side) head_ready(c);
+      return;
+    case State::resolving:
+      return;
+    case State::connecting:
+      if (!agent_side) connected(c);
+      return;
+    case State::relaying:
+      c->last_activity = now_ms();
+      (void)ev;
+      pump(c);
+      return;
+  }
+}
+
+}  // namespace soyaos::supervisor

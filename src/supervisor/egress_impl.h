@@ -1,0 +1,233 @@
+// The state of EgressService (egress_service.h) and the services that share its loop, one
+// file each (STYLE.md): every service is a set of members of this one struct, because they
+// share the epoll set, the connection table and the deferred frees of an epoll batch.
+// Private to src/supervisor: include it only from the egress_*.cc files.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "supervisor/egress_service.h"
+#include "supervisor/resolver.h"
+
+namespace soyaos::supervisor {
+
+struct EgressService::Impl {
+  using Json = nlohmann::ordered_json;
+  using Protocol = manifest::Protocol;
+
+  // What an epoll event is about: the loop's data.ptr points at a Watch.
+  enum class Kind : uint8_t {
+    wake, timer, nflog, dns_udp, dns_tcp_listen, dns_tcp, gateway_listen, conn_agent, conn_upstream,
+    relay, relay_flow, proxy_listen
+  };
+  struct Watch {
+    Kind kind;
+    void* obj = nullptr;
+  };
+
+  static int64_t now_ms();
+  // Closes with a TCP reset (SO_LINGER 0): the agent's next call fails with ECONNRESET.
+  static void reset_close(UniqueFd& fd);
+  static policy::IpAddress from_sockaddr(const sockaddr_storage& ss, uint16_t* port);
+  static socklen_t to_sockaddr(const policy::IpAddress& a, uint16_t port, sockaddr_storage* ss);
+  static uint32_t v4_host_order(const policy::IpAddress& a);
+
+  // ---- the resolver pool: blocking lookups off the loop ----
+  // Workers hold the shared state, so that stop() never waits for a slow upstream resolver:
+  // it abandons the pool, and late answers fall on the floor.
+  struct ResolveJob {
+    uint64_t id;  // connection id, or relay index | kRelayBit
+    std::string name;
+  };
+  struct ResolveDone {
+    uint64_t id;
+    Result<std::vector<ResolvedAddress>> result;
+  };
+  struct ResolverPool {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<ResolveJob> jobs;
+    std::deque<ResolveDone> done;
+    bool stopping = false;
+    UniqueFd wake;  // eventfd the loop watches
+    policy::OperatorNetwork network;
+    size_t workers = 0;
+  };
+  static constexpr uint64_t kRelayBit = uint64_t{1} << 63;
+  static void resolver_worker(std::shared_ptr<ResolverPool> pool);
+
+  // ---- gateway connections ----
+  struct Half {  // one direction: from -> pipe -> to
+    UniqueFd pipe_r, pipe_w;
+    size_t in_pipe = 0;
+    bool eof = false;   // `from` has no more data
+    bool shut = false;  // `to`'s write side was shut down after the last byte
+  };
+  enum class State { head, resolving, connecting, relaying };
+  struct Conn {
+    uint64_t id = 0;
+    UniqueFd agent, upstream;
+    State state = State::head;
+    std::string host;  // the name behind the fake address, or the literal address
+    bool literal = false;
+    policy::IpAddress literal_addr;
+    uint16_t port = 0;
+    EgressDecision decision;
+    std::optional<size_t> entry;
+    std::string protocol = "tcp";
+    std::string sni;
+    std::string head;       // the agent's first bytes, forwarded before splicing
+    size_t head_sent = 0;
+    std::vector<ResolvedAddress> addrs;
+    size_t next_addr = 0;
+    policy::IpAddress upstream_addr;
+    Half up, down;  // up: agent -> upstream; down: upstream -> agent
+    uint64_t bytes_out = 0, bytes_in = 0;
+    int64_t deadline = 0, last_activity = 0, started = 0;
+    bool opened = false;
+    bool closed = false;  // closed during this epoll batch; freed after it
+    // The Moon proxy (C7): phase 1 waits for the request head, phase 2 (after CONNECT to an
+    // https entry) for the tunnel's ClientHello. entry_key names the proxy.allow entry.
+    bool proxy = false;
+    int proxy_phase = 0;
+    bool proxy_connect = false;
+    bool proxy_tls = false;
+    bool proxy_answered = false;  // a 200 went to the agent: from then on, only resets
+    std::string entry_key;
+    uint32_t ev_agent = 0, ev_up = 0;
+    Watch w_agent{Kind::conn_agent, nullptr}, w_up{Kind::conn_upstream, nullptr};
+  };
+  struct DnsTcp {
+    UniqueFd fd;
+    std::vector<uint8_t> buf;
+    int64_t deadline = 0;
+    bool closed = false;
+    Watch w{Kind::dns_tcp, nullptr};
+  };
+  struct Relay;
+  struct Flow {
+    Relay* relay = nullptr;
+    sockaddr_storage agent{};
+    socklen_t agent_len = 0;
+    UniqueFd up;
+    uint64_t id = 0, bytes_out = 0, bytes_in = 0;
+    int64_t started = 0, last = 0;
+    bool closed = false;
+    Watch w{Kind::relay_flow, nullptr};
+  };
+  struct Relay {
+    size_t index = 0, entry = 0;
+    int fd = -1;
+    bool resolving = false, refused = false;
+    std::optional<policy::IpAddress> addr;
+    std::deque<std::pair<std::pair<sockaddr_storage, socklen_t>, std::string>> pending;
+    std::map<std::string, std::unique_ptr<Flow>> flows;
+    Watch w{Kind::relay, nullptr};
+  };
+
+  EgressPlan& plan;
+  comet::NetworkFds fds;
+  EgressCallbacks cb;
+  EgressLimits limits;
+  UniqueFd epoll, wake, timer;
+  std::shared_ptr<ResolverPool> pool;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  bool stopped = false;
+  std::map<uint64_t, std::unique_ptr<Conn>> conns;
+  std::map<int, std::unique_ptr<DnsTcp>> dns_tcp;
+  std::vector<std::unique_ptr<Relay>> relays;
+  std::vector<uint16_t> service_ports;
+  std::vector<policy::IpAddress> host_addresses;  // this host's own interface addresses
+  // Objects closed while an epoll batch is being dispatched: a later event of the same
+  // batch may still point at them, so they are freed only after the batch.
+  std::vector<std::unique_ptr<Conn>> dead_conns;
+  std::vector<std::unique_ptr<DnsTcp>> dead_dns;
+  std::vector<std::unique_ptr<Flow>> dead_flows;
+  uint64_t next_id = 1;
+  Watch w_wake{Kind::wake}, w_timer{Kind::timer}, w_nflog{Kind::nflog}, w_dns_udp{Kind::dns_udp},
+      w_dns_tcp{Kind::dns_tcp_listen}, w_gw4{Kind::gateway_listen}, w_gw6{Kind::gateway_listen},
+      w_proxy{Kind::proxy_listen}, w_pool{Kind::wake};
+
+  Impl(EgressPlan& p, comet::NetworkFds f, EgressCallbacks c, EgressLimits l)
+      : plan(p), fds(std::move(f)), cb(std::move(c)), limits(l) {}
+
+  // egress_service.cc: the loop, epoll plumbing, the resolver pool, events and violations
+  Json base(const Conn& c) const;
+  void violation(const std::string& resource, const std::string& syscall, const std::string& err,
+                 const std::string& closest, const std::string& detail);
+  Status watch(int fd, uint32_t events, Watch* w);
+  void rewatch(int fd, uint32_t events, Watch* w, uint32_t* current);
+  void unwatch(int fd);
+  Status setup();
+  void submit(uint64_t id, const std::string& name);
+  void run();
+  void dispatch(Watch* w, uint32_t ev);
+  void expire();
+  void finish();
+
+  // egress_nflog.cc: packets the netns refused
+  void drain_nflog();
+
+  // egress_dns.cc: the DNS stub
+  std::vector<uint8_t> dns_reply(std::span<const uint8_t> msg, bool tcp);
+  void dns_udp_ready();
+  void dns_tcp_accept();
+  void dns_tcp_close(DnsTcp* c);
+  void dns_tcp_ready(DnsTcp* c);
+
+  // egress_gateway.cc: the gateway's listeners and its protocol check
+  void gateway_accept(const UniqueFd& listener);
+  void head_ready(Conn* c);
+
+  // egress_conn.cc: a TCP connection's life, shared by the gateway and the Moon proxy: upstream
+  // resolution and connect, relaying with splice(2), close
+  Conn* new_conn(UniqueFd agent);
+  void refuse(Conn* c, const std::string& resource, const std::string& closest, const std::string& detail);
+  void close_conn(Conn* c, const std::string& reason, bool reset);
+  void resolve(Conn* c);
+  void resolved();
+  std::optional<std::string> address_refusal(const ResolvedAddress& a) const;
+  void connect_next(Conn* c);
+  void fail_upstream(Conn* c, const std::string& why);
+  void connected(Conn* c);
+  void pump(Conn* c);
+  bool pump_half(Half& h, int from, int to, uint64_t* counter);
+  void update_interest(Conn* c);
+  void rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current);
+  void conn_event(Conn* c, bool agent_side, uint32_t ev);
+
+  // egress_udp.cc: the UDP relays
+  void relay_ready(Relay* r);
+  void relay_resolved(uint64_t index, const Result<std::vector<ResolvedAddress>>& result);
+  void forward(Relay* r, const sockaddr_storage& from, socklen_t len, std::string_view data);
+  void flow_ready(Flow* f);
+  void close_flow(Flow* f, const std::string& reason);
+
+  // egress_proxy.cc: the Moon proxy (C7)
+  void proxy_accept();
+  bool send_established(Conn* c);
+  std::string proxy_entry_key() const;
+  void proxy_reply(Conn* c, const char* status, const std::string& body);
+  void proxy_refuse(Conn* c, const std::string& target, const std::string& detail);
+  static bool split_authority(std::string_view a, std::string* host, uint16_t* port);
+  void proxy_request(Conn* c);
+  void proxy_tunnel_hello(Conn* c);
+};
+
+}  // namespace soyaos::supervisor
