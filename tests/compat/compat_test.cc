@@ -44,6 +44,9 @@ const std::vector<Known> kKnownViolations = {
     {"/etc/svc.conf", "runtime: c-ares probes /etc/netsvc.conf and /etc/svc.conf (issue #11)"},
     // platform.freedesktop_os_release() reads it.
     {"/etc/os-release", "runtime: /etc/os-release is not in the runtime layer (issue #11)"},
+    // uuid.uuid1() -> libuuid's uuid_generate_time_safe() keeps its clock sequence there.
+    {"/var/lib/libuuid/clock.txt", "runtime: libuuid (Python uuid.uuid1()) opens /var/lib/libuuid/clock.txt "
+                                   "for writing (EACCES, a violation)"},
 };
 
 struct Result {
@@ -375,9 +378,10 @@ TEST_F(CompatTest, PythonClientsAreRefusedWhereThePackDoesNotReach) {
 }
 
 // Python's standard library probing the system on its own: platform.freedesktop_os_release()
-// reads /etc/os-release.
-TEST_F(CompatTest, PythonReadsTheOsRelease) {
-  const std::vector<std::string> checks = {"os_release"};
+// reads /etc/os-release, uuid.uuid1() libuuid's clock file; locale, zoneinfo, getfqdn, the
+// default CA paths.
+TEST_F(CompatTest, PythonStandardLibraryProbesAreAnswered) {
+  const std::vector<std::string> checks = {"os_release", "uuid1", "stdlib_misc"};
   auto r = run(python_pack(), python_args(), checks);
   if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
 }

@@ -224,6 +224,22 @@ def check_os_release():
     return info.get("ID", "?")
 
 
+def check_uuid1():
+    import uuid
+    u = uuid.uuid1()
+    expect(u.version == 1, str(u))
+    return str(u)
+
+
+def check_stdlib_misc():
+    import locale
+    import mimetypes
+    import zoneinfo
+    return (f"fqdn={socket.getfqdn()} locale={locale.setlocale(locale.LC_ALL, '')} "
+            f"tz={zoneinfo.ZoneInfo('Europe/Paris').key} json={mimetypes.guess_type('a.json')[0]} "
+            f"cafile={ssl.get_default_verify_paths().cafile}")
+
+
 def check_system_info():
     import getpass
     import locale
