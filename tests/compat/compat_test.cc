@@ -536,6 +536,29 @@ TEST_F(CompatTest, NodeSeesItsCpusAndInterfaces) {
   if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
 }
 
+// Node sizes V8's heap from the memory it sees: with resources.memory 512Mi the heap limit must
+// fit inside it (otherwise an allocating agent dies of the Comet's limit instead of collecting
+// garbage: today a V8 "heap out of memory" abort).
+TEST_F(CompatTest, NodeHeapFitsTheMemoryLimit) {
+  const std::vector<std::string> checks = {"heap_limit"};
+  fs::path pack = node_pack(false);
+  if (pack.empty()) return;
+  std::string m = read_file(pack / "soyapack.yaml");
+  const std::string from = "resources:\n";
+  m.replace(m.find(from), from.size(), "resources:\n  memory: 512Mi\n");
+  fs::remove(pack / "soyapack.yaml");
+  dir_.write("pack/soyapack.yaml", m);
+  std::vector<std::string> args = node_args();
+  args.insert(args.end(), {"--memory-mib", "512"});
+  auto r = run(pack, args, checks);
+  if (r.results["heap_limit"].detail.find("constrainedMemory 0") != std::string::npos && r.violations().empty()) {
+    GTEST_SKIP() << "waiting for: limits/runtime: Node sizes its heap from the host's memory (os.totalmem; "
+                    "process.constrainedMemory() is 0: libuv finds no cgroup limit under /sys/fs/cgroup) — "
+                    << r.results["heap_limit"].detail;
+  }
+  if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
+}
+
 // An npm tree as `npm ci` leaves it: node_modules/.bin holds relative symlinks that stay
 // inside the pack (T6).
 TEST_F(CompatTest, NodePackWithNpmBinSymlinksRuns) {

@@ -9,6 +9,7 @@
 // Exit status: 0 when every check printed ok/refused, 1 otherwise.
 import https from 'node:https';
 import os from 'node:os';
+import v8 from 'node:v8';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 
@@ -99,6 +100,16 @@ const allowed = {
     const cpus = os.cpus().length;
     expect(cpus > 0, `os.cpus() has ${cpus} entries`);
     return `cpus=${cpus} parallelism=${os.availableParallelism()} user=${os.userInfo().username}`;
+  },
+  async heap_limit() {
+    // V8 sizes its heap from the memory Node believes it has: it must fit the Comet's limit
+    // (--memory-mib, the manifest's resources.memory), or the agent dies of the limit instead
+    // of collecting garbage.
+    const limit = v8.getHeapStatistics().heap_size_limit;
+    const mib = Number(opts['memory-mib']);
+    expect(limit <= mib * 1024 * 1024,
+      `heap_size_limit ${limit} > ${mib} MiB (os.totalmem ${os.totalmem()}, constrainedMemory ${process.constrainedMemory?.()})`);
+    return `heap_size_limit=${limit}`;
   },
   async os_interfaces() {
     const ifaces = Object.keys(os.networkInterfaces());
