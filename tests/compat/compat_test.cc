@@ -343,9 +343,10 @@ MockApi* CompatTest::api_ = nullptr;
 
 TEST_F(CompatTest, PythonClientsRunUnchanged) {
   const std::vector<std::string> checks = {
-      "urllib_https", "urllib_http",    "requests_https", "requests_sse",     "requests_session_http",
-      "httpx_sync",   "httpx_openai_sse", "httpx_asyncio", "asyncio_streams", "threads",
-      "raw_socket",   "sqlite_out",     "vendored_pure",  "vendored_native",  "system_info"};
+      "urllib_https",  "urllib_http", "requests_https", "requests_sse",    "requests_session_http",
+      "sse_is_streamed", "httpx_sync", "httpx_openai_sse", "httpx_asyncio", "asyncio_streams",
+      "threads",         "raw_socket", "sqlite_out",     "vendored_pure",   "vendored_native",
+      "system_info"};
   auto r = run(python_pack(), python_args(), checks);
   if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
   expect_reached("https", "api.compat.test", "/hello/urllib");

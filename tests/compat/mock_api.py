@@ -12,7 +12,7 @@ Routes (any Host):
                               ending with "data: [DONE]". Needs "Authorization: Bearer KEY".
   POST /v1/messages           Anthropic messages; "stream": true answers the SSE event
                               sequence message_start ... message_stop. Needs "x-api-key: KEY".
-  GET  /sse                   three generic SSE events (for the Python clients)
+  GET  /sse[?delay=S]         three generic SSE events (for the Python clients), S seconds apart
   POST /echo                  answers the request body
   anything else               200 "hello from HOST PATH"
 Every request is appended to the log file as one JSON object per line (scheme, sni,
@@ -89,8 +89,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         self._record(b"")
         if self.path.startswith("/sse"):
+            # /sse?delay=SECONDS spaces the three events out (a streaming check).
+            query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&") if "=" in p)
+            delay = min(float(query.get("delay", "0")), 2.0)
             self._sse_start()
             for i in range(3):
+                if i > 0:
+                    time.sleep(delay)
                 self._sse(json.dumps({"n": i}), event="tick")
             return
         self._send(200, "text/plain", f"hello from {self.headers.get('Host', '')} {self.path}".encode())

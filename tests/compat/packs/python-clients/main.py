@@ -77,6 +77,23 @@ def check_requests_sse():
     return f"{len(data)} events"
 
 
+def check_sse_is_streamed():
+    """Each event reaches the client when the server sends it, not when the stream ends:
+    nothing between them (the gateway) buffers the response."""
+    import time
+    import requests
+    arrivals = []
+    with requests.get(ARGS.https + "/sse?delay=0.4", stream=True, timeout=10) as r:
+        r.raise_for_status()
+        for line in r.iter_lines(chunk_size=1, decode_unicode=True):
+            if line.startswith("data:"):
+                arrivals.append(time.monotonic())
+    expect(len(arrivals) == 3, f"{len(arrivals)} events")
+    gaps = [round(b - a, 2) for a, b in zip(arrivals, arrivals[1:])]
+    expect(all(g >= 0.25 for g in gaps), f"events arrived together: gaps {gaps}")
+    return f"gaps {gaps}"
+
+
 def check_requests_session_http():
     import requests
     with requests.Session() as s:
