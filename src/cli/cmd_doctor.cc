@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "comet/cgroup.h"
 #include "comet/landlock.h"
 #include "comet/network.h"
 #include "supervisor/run.h"
@@ -95,6 +96,41 @@ Probe probe_end_to_end() {
   return {false, report.error.empty() ? "exit status " + std::to_string(report.exit_code) : report.error};
 }
 
+// Which mechanism bounds each limit of C9 here (docs/sandbox.md "Limits"). A limit bound by
+// rlimits only is not a missing layer (runs start, and say so in run_started), but it is
+// named, with the reason, so that the operator knows what the host does not bound.
+bool print_limit_mechanisms() {
+  auto plan = comet::probe_cgroups();
+  if (!plan) {
+    std::printf("%-18s %-8s %s\n", "cgroups", "MISSING", plan.error().describe().c_str());
+    return false;
+  }
+  auto where = [](const comet::CgroupController& c) { return c.parent + "/soyaos-RUN_ID"; };
+  struct Limit {
+    const char* name;
+    const comet::CgroupController& ctl;
+    const char* cgroup_detail;
+    const char* fallback;
+  };
+  const Limit limits[] = {
+      {"memory limit", plan->memory, "heap, shmem, memfd, tmpfs; OOM -> exit 137",
+       "rlimit   RLIMIT_DATA only: shared memory, memfd and tmpfs pages are NOT bounded"},
+      {"pids limit", plan->pids, "pids.max, threads included", "rlimit   RLIMIT_NPROC in the sandbox's user namespace"},
+      {"cpu weight", plan->cpu, "half a default task's weight", "none     no CPU weight: an agent competes like any process"},
+  };
+  for (const auto& l : limits) {
+    if (l.ctl.version != comet::CgroupVersion::none) {
+      std::printf("%-18s %-8s %s %s (%s)\n", l.name, "cgroup", comet::to_string(l.ctl.version),
+                  where(l.ctl).c_str(), l.cgroup_detail);
+    } else {
+      std::printf("%-18s %s\n", l.name, l.fallback);
+    }
+  }
+  std::printf("%-18s %-8s %s\n", "write quota", "tmpfs", "one tmpfs for every writable path, bytes and inodes");
+  if (!plan->why_not.empty()) std::printf("%-18s %-8s %s\n", "no cgroup because", "", plan->why_not.c_str());
+  return true;
+}
+
 void doctor(CliContext& ctx) {
   struct Row {
     const char* layer;
@@ -121,6 +157,7 @@ void doctor(CliContext& ctx) {
     std::printf("%-18s %-8s %s\n", r.layer, r.probe.ok ? "ok" : "MISSING", r.probe.detail.c_str());
     all = all && r.probe.ok;
   }
+  all = print_limit_mechanisms() && all;
   std::printf(all ? "every layer is in force: soyaos run can start Comets here\n"
                   : "a layer is missing: soyaos run will refuse to start (exit 125)\n");
   ctx.exit_code = all ? 0 : 1;

@@ -264,7 +264,7 @@ Status receive_ready(int sock, LaunchedComet& comet) {
 }  // namespace
 
 Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program,
-                                   const NetworkPlan& network) {
+                                   const NetworkPlan& network, const CgroupPlan& cgroups) {
   if (network.allow_udp.size() > kMaxUdpRelays) {
     return make_error("network: more than " + std::to_string(kMaxUdpRelays) + " udp egress entries", E2BIG);
   }
@@ -277,6 +277,10 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   if (!out_pipe) return out_pipe.error();
   auto err_pipe = make_pipe();
   if (!err_pipe) return err_pipe.error();
+
+  // Before the child exists, so that a cgroup that cannot be set up costs no clone.
+  auto cgroup = RunCgroup::create(cgroups, "soyaos-" + policy.identity.run_id, policy.limits);
+  if (!cgroup) return cgroup.error();
 
   const uint64_t launch_ns = now_ns();
   int pidfd = -1;
@@ -312,6 +316,13 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
     ::kill(comet.pid, SIGKILL);
     ::waitpid(comet.pid, nullptr, 0);
   };
+  // The child waits for "go" before doing anything: it enters the cgroup before its setup
+  // and long before any agent code, so everything it allocates is charged there.
+  comet.cgroup = std::move(cgroup.value());
+  if (auto s = comet.cgroup.add(comet.pid); !s) {
+    kill_child();
+    return s.error();
+  }
   if (auto s = write_id_maps(comet.pid, policy); !s) {
     kill_child();
     return make_error("user namespace: " + s.error().message, s.error().err);

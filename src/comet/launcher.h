@@ -1,7 +1,9 @@
 // The Comet launcher: creates the sandboxed child and applies the layers in a fixed order.
 //
 //   parent (supervisor)                     child (becomes the agent, PID 1 of its namespace)
+//   0. cgroup: the run's cgroup and limits
 //   clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS|NEWNET|NEWCGROUP)
+//   place the child in the run's cgroup
 //   write uid_map/gid_map  ---- go ---->    1. mounts: build_sandbox_root (pivot_root)
 //                                           1b. network: setup_sandbox_network (links,
 //                                               nftables, the sockets the supervisor serves)
@@ -22,6 +24,7 @@
 
 #include <string>
 
+#include "comet/cgroup.h"
 #include "comet/network.h"
 #include "comet/seccomp_filter.h"
 #include "common/result.h"
@@ -47,6 +50,9 @@ struct LaunchedComet {
   UniqueFd stdout_read;    // agent's stdout and stderr (pipes)
   UniqueFd stderr_read;
   NetworkFds network;      // the sockets of the agent's netns the supervisor serves
+  // The run's cgroup (no directories where the host offers none). Removed when this is
+  // destroyed: after collection, since /workdir/out's tmpfs pages stay charged to it.
+  RunCgroup cgroup;
 };
 
 // The header of every message on the control channel (child to parent).
@@ -62,8 +68,9 @@ inline constexpr char kControlExecFailed = 'X';
 // child is then blocked in execve waiting for the supervisor's answer), or the child's
 // setup failure as an Error whose message is "LAYER: detail".
 // `network` is the validated plan of the agent's netns (every run has one: with no egress
-// entries every attempt is refused and reported).
+// entries every attempt is refused and reported). `cgroups` says where the run's cgroup goes
+// (probe_cgroups); a controller it offers that cannot be set up fails the launch.
 Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program,
-                                   const NetworkPlan& network);
+                                   const NetworkPlan& network, const CgroupPlan& cgroups);
 
 }  // namespace soyaos::comet

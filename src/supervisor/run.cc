@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unistd.h>
 
+#include "comet/cgroup.h"
 #include "comet/launcher.h"
 #include "comet/seccomp_filter.h"
 #include "common/digest.h"
@@ -82,6 +83,39 @@ const char* ending_name(Ending e) {
   return "?";
 }
 
+nlohmann::ordered_json limit_mechanisms(const comet::CgroupPlan& plan) {
+  nlohmann::ordered_json m = {{"memory", plan.mechanism(plan.memory, true)},
+                              {"pids", plan.mechanism(plan.pids, true)},
+                              {"cpu", plan.mechanism(plan.cpu, false)},
+                              {"write_quota", "tmpfs"},
+                              {"open_files", "rlimit"}};
+  if (!plan.why_not.empty()) m["why_not_cgroup"] = plan.why_not;
+  return m;
+}
+
+// What the run's cgroup counted against its limits: an OOM kill (the run then exits 137,
+// docs/events.md `limit_exceeded`) and refused threads at pids.max.
+void emit_limits_exceeded(const comet::CgroupUsage& u, const comet::CgroupPlan& plan, const policy::Policy& policy,
+                          const RunOutcome& outcome, const EmitFn& emit) {
+  if (u.oom_kills > 0) {
+    nlohmann::ordered_json d = {{"limit", "memory"},
+                                {"mechanism", comet::to_string(plan.memory.version)},
+                                {"limit_bytes", policy.limits.memory_bytes},
+                                {"action", "killed"},
+                                {"oom_kills", u.oom_kills}};
+    if (u.memory_peak > 0) d["peak_bytes"] = u.memory_peak;
+    d["agent_signal"] = outcome.ending == Ending::signaled ? outcome.status : 0;
+    emit("limit_exceeded", std::move(d));
+  }
+  if (u.pids_refused > 0) {
+    emit("limit_exceeded", {{"limit", "pids"},
+                            {"mechanism", comet::to_string(plan.pids.version)},
+                            {"limit_pids", policy.limits.pids},
+                            {"action", "refused"},
+                            {"refused", u.pids_refused}});
+  }
+}
+
 }  // namespace
 
 RunReport run_pack(const RunRequest& request) {
@@ -121,6 +155,13 @@ RunReport run_pack(const RunRequest& request) {
   auto program = comet::build_agent_filter(observe_paths);
   if (!program) {
     report.error = "seccomp: " + program.error().describe();
+    return report;
+  }
+
+  // Which kernel mechanism bounds memory and pids on this host (C9).
+  auto cgroups = comet::probe_cgroups();
+  if (!cgroups) {
+    report.error = "cgroup: " + cgroups.error().describe();
     return report;
   }
 
@@ -164,6 +205,8 @@ RunReport run_pack(const RunRequest& request) {
                          {"timeout_ms", policy->limits.timeout_ms},
                          {"write_quota_bytes", policy->limits.write_quota_bytes},
                          {"open_files", policy->limits.open_files}}},
+                       {"limit_mechanisms", limit_mechanisms(*cgroups)},
+                       {"rlimit_only", cgroups->rlimit_only()},
                        {"rootless", ::geteuid() != 0},
                        {"path_observation", observe_paths}});
   // Hands every event of the run to the layer above; a failure there fails the run (E4).
@@ -183,7 +226,7 @@ RunReport run_pack(const RunRequest& request) {
     }
   }
 
-  auto launched = comet::launch_comet(*policy, *program, egress->network_plan());
+  auto launched = comet::launch_comet(*policy, *program, egress->network_plan(), *cgroups);
   if (!launched) {
     report.error = launched.error().describe();
     emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
@@ -227,6 +270,7 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
   report.outcome = *outcome;
+  emit_limits_exceeded(launched->cgroup.usage(), *cgroups, *policy, report.outcome, emit);
   report.out_dir = policy->out_host_dir.string();
   if (policy->out_writable) {
     auto collected = collect_outputs(launched->out_dir, report.out_dir, policy->limits.write_quota_bytes);

@@ -89,5 +89,24 @@ TEST(Doctor, EveryLayerIsInForceHere) {
   EXPECT_EQ(r.out.find("MISSING"), std::string::npos) << r.out;
 }
 
+// C9: doctor names the mechanism of each limit. As root on this project's hosts (cgroup v1
+// writable by root) memory and pids are cgroups; as nobody they are rlimits only, and the
+// line says what that leaves unbounded.
+TEST(Doctor, SaysWhichMechanismBoundsEachLimit) {
+  auto r = run_soyaos({"doctor"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (rootless_mode()) {
+    EXPECT_NE(r.out.find("memory limit       rlimit   RLIMIT_DATA only: shared memory, memfd and tmpfs pages are NOT"),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("pids limit         rlimit"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("no cgroup because"), std::string::npos) << r.out;
+  } else {
+    EXPECT_NE(r.out.find("memory limit       cgroup   cgroup v"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("pids limit         cgroup   cgroup v"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("cpu weight         cgroup   cgroup v"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find("write quota        tmpfs"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace soyaos::testing

@@ -726,6 +726,41 @@ def create_until_full(parent, kind, limit=200000):
     return n
 
 
+def hog(kind, mib, path=None):
+    """Pins MIB MiB of memory that RLIMIT_DATA does not see; returns only if nothing stopped it."""
+    size = mib << 20
+    page = b"\xcc" * 4096
+    if kind == "shared":
+        m = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        for off in range(0, size, 4096):
+            m[off] = 1
+        _pages.append(m)
+    elif kind == "memfd":
+        fd = os.memfd_create("hog", 0)
+        chunk = page * 256
+        for _ in range(size // len(chunk)):
+            os.write(fd, chunk)
+        _pages.append(fd)
+    elif kind == "memfd_mmap":
+        fd = os.memfd_create("hog", 0)
+        os.ftruncate(fd, size)
+        m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+        for off in range(0, size, 4096):
+            m[off] = 1
+        _pages.append(m)
+    elif kind == "tmpfs":
+        fd = os.open(path + "/hog", os.O_WRONLY | os.O_CREAT, 0o600)
+        chunk = page * 256
+        for _ in range(size // len(chunk)):
+            os.write(fd, chunk)
+        _pages.append(fd)
+    elif kind == "devshm":
+        if not os.path.exists("/dev/shm"):
+            return "absent"
+        return hog("tmpfs", mib, "/dev/shm")
+    return mib
+
+
 def group_resources(args):
     what = args[0]
     if what == "threads":
@@ -737,6 +772,11 @@ def group_resources(args):
         case("res.shared_anon_256", lambda: shared_alloc(256))
     elif what == "quota":
         case("res.fill_past_quota", lambda: fill("/workdir/out/fill", 32 << 20))
+    elif what == "hog":
+        report("res.hog_start", "ok")
+        case("res.hog", lambda: hog(args[1], int(args[2]), args[3] if len(args) > 3 else None))
+        time.sleep(0.2)  # a lazy kill would still come: give it time to land
+        report("res.hog_survived", "ok")
     elif what == "quota_total":
         # Every writable path named on the command line, filled in turn: the sum is the quota.
         total = 0

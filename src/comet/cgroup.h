@@ -1,0 +1,111 @@
+// The Comet's cgroup layer (SPEC C9): every Comet in a cgroup of its own where the host
+// allows it, so that memory (including tmpfs, shmem and memfd pages, which RLIMIT_DATA
+// does not see), pids and CPU are bounded by the kernel for the whole sandbox.
+//
+//   probe_cgroups()      which hierarchy can hold the run's cgroup, per controller (reads
+//                        /proc/self/cgroup, /proc/self/mountinfo; no side effect)
+//   RunCgroup::create()  mkdir the run's cgroup and write its limits (parent, before clone)
+//   RunCgroup::add(pid)  place the child in it, before it runs anything of the agent's
+//   RunCgroup::usage()   after the run: OOM kills, refused forks, peak memory
+//   ~RunCgroup           rmdir (after collection: tmpfs pages of /workdir/out stay charged)
+//
+// Where: cgroup v1 (memory, pids, cpu hierarchies) under the supervisor's own cgroup when
+// that is writable (as root; a delegated v1 tree otherwise); cgroup v2 under the
+// supervisor's own cgroup when its controllers are delegated to us (cgroup.subtree_control
+// already enables them), or as root under <cgroup2 mount>/soyaos. A controller that neither
+// offers is bounded by rlimits only, and says so (run_started, `soyaos doctor`). Once a
+// hierarchy is chosen, any failure to set it up refuses the run (125): never a silent
+// downgrade.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "policy/policy.h"
+
+namespace soyaos::comet {
+
+enum class CgroupVersion { none, v1, v2 };
+const char* to_string(CgroupVersion v);
+
+// The CPU weight of a Comet relative to a default task or cgroup (1024 in v1, 100 in v2):
+// half, so a busy agent of any thread count cannot take more than half of what one ordinary
+// host process would get under contention.
+inline constexpr uint64_t kCpuSharesV1 = 512;
+inline constexpr uint64_t kCpuWeightV2 = 50;
+
+// Where each controller of a run's cgroup would go. `parent` is a directory in the cgroup
+// filesystem under which the run's cgroup is created; empty when that controller is not
+// available (then version is none).
+struct CgroupController {
+  CgroupVersion version = CgroupVersion::none;
+  std::string parent;
+};
+struct CgroupPlan {
+  CgroupController memory, pids, cpu;
+  // v2 only: controllers to enable in parent's cgroup.subtree_control first (as root under
+  // <mount>/soyaos); empty when they are enabled already.
+  std::vector<std::string> v2_enable;
+  // Why a controller is not available, for doctor and run_started.
+  std::string why_not;
+
+  // "cgroup v1", "cgroup v2" or "rlimit" for memory and pids; "cgroup v1", "cgroup v2" or
+  // "none" for cpu.
+  std::string mechanism(const CgroupController& c, bool has_rlimit) const;
+  // Limits that only rlimits bound ("memory", "pids"): named in run_started (C9).
+  std::vector<std::string> rlimit_only() const;
+};
+
+// Parsers of the files probe_cgroups reads, exposed for tests.
+// /proc/self/cgroup: "ID:CONTROLLERS:PATH" lines -> controller (or "" for v2) -> path.
+std::map<std::string, std::string> parse_proc_cgroup(const std::string& text);
+struct CgroupMount {
+  std::string mount_point;
+  std::string root;  // the mount's root inside the hierarchy (4th field of mountinfo)
+};
+// /proc/self/mountinfo -> controller -> mount ("" for the cgroup2 mount).
+std::map<std::string, CgroupMount> parse_cgroup_mounts(const std::string& text);
+
+// Decides from the host's files (and write access, and the euid) where each controller goes.
+Result<CgroupPlan> probe_cgroups();
+
+// What the kernel counted for one run.
+struct CgroupUsage {
+  uint64_t oom_kills = 0;         // memory: the OOM killer ended a task of the run
+  uint64_t memory_peak = 0;       // bytes (0 when the kernel does not say)
+  uint64_t memory_failcnt = 0;    // v1: times the limit was hit (reclaim may have saved it)
+  uint64_t pids_refused = 0;      // forks/threads refused at pids.max
+};
+
+class RunCgroup {
+ public:
+  // Creates "<parent>/<name>" for every available controller and writes the limits.
+  static Result<RunCgroup> create(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits);
+  RunCgroup() = default;
+  RunCgroup(RunCgroup&& other) noexcept;
+  RunCgroup& operator=(RunCgroup&& other) noexcept;
+  RunCgroup(const RunCgroup&) = delete;
+  RunCgroup& operator=(const RunCgroup&) = delete;
+  ~RunCgroup();
+
+  // Moves `pid` (all its threads) into the run's cgroup in every hierarchy.
+  Status add(pid_t pid) const;
+  [[nodiscard]] CgroupUsage usage() const;
+  // The created directories, one per hierarchy (v2: one for all controllers).
+  [[nodiscard]] const std::vector<std::string>& dirs() const { return dirs_; }
+  // Removes the directories (waits up to ~1 s for exiting tasks); also done on destruction.
+  void remove();
+
+ private:
+  std::vector<std::string> dirs_;
+  std::string memory_dir_, pids_dir_;
+  CgroupVersion memory_version_ = CgroupVersion::none;
+};
+
+}  // namespace soyaos::comet

@@ -1,0 +1,161 @@
+// The cgroup layer (src/comet/cgroup.h): the parsers on fixed host files, and on this host
+// (as root, where cgroup v1 is writable) a real run cgroup: limits written, a process
+// placed in it, an OOM kill counted, the directories removed.
+#include "comet/cgroup.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace soyaos::comet {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+TEST(CgroupParse, ProcSelfCgroupSplitsJoinedControllersAndKeepsV2) {
+  auto m = parse_proc_cgroup(
+      "9:name=systemd:/\n8:pids:/user.slice\n4:memory:/process_api/abc\n2:cpu,cpuacct:/x y\n0::/user.slice/s.scope\n"
+      "garbage\n");
+  EXPECT_EQ(m["pids"], "/user.slice");
+  EXPECT_EQ(m["memory"], "/process_api/abc");
+  EXPECT_EQ(m["cpu"], "/x y");
+  EXPECT_EQ(m["cpuacct"], "/x y");
+  EXPECT_EQ(m[""], "/user.slice/s.scope");
+  EXPECT_EQ(m.count("garbage"), 0u);
+}
+
+TEST(CgroupParse, MountinfoFindsV1ControllersAndTheV2Mount) {
+  auto m = parse_cgroup_mounts(
+      "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+      "35 31 0:32 /nested /sys/fs/cgroup/memory rw,relatime shared:5 - cgroup cgroup rw,memory\n"
+      "39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n"
+      "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n"
+      "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+      "short line\n");
+  ASSERT_EQ(m.count("cpu"), 1u);
+  EXPECT_EQ(m["cpu"].mount_point, "/sys/fs/cgroup/cpu,cpuacct");
+  EXPECT_EQ(m["memory"].root, "/nested");
+  EXPECT_EQ(m["pids"].mount_point, "/sys/fs/cgroup/pids");
+  EXPECT_EQ(m[""].mount_point, "/sys/fs/cgroup/unified");
+  EXPECT_EQ(m.count("name=systemd"), 0u);
+}
+
+TEST(CgroupPlanTest, ControllersWithoutACgroupAreNamedAsRlimitOnly) {
+  CgroupPlan plan;
+  EXPECT_EQ(plan.rlimit_only(), (std::vector<std::string>{"memory", "pids"}));
+  EXPECT_EQ(plan.mechanism(plan.memory, true), "rlimit");
+  EXPECT_EQ(plan.mechanism(plan.cpu, false), "none");
+  plan.memory = {CgroupVersion::v1, "/sys/fs/cgroup/memory"};
+  EXPECT_EQ(plan.rlimit_only(), (std::vector<std::string>{"pids"}));
+  EXPECT_EQ(plan.mechanism(plan.memory, true), "cgroup v1");
+}
+
+TEST(CgroupPlanTest, NoControllersMeansNoDirectoriesAndNothingToRemove) {
+  auto cg = RunCgroup::create(CgroupPlan{}, "soyaos-unit-none", policy::Limits{64 << 20, 16, 0, 0, 0});
+  ASSERT_TRUE(cg) << cg.error().describe();
+  EXPECT_TRUE(cg->dirs().empty());
+  EXPECT_TRUE(cg->add(::getpid()));
+  EXPECT_EQ(cg->usage().oom_kills, 0u);
+}
+
+TEST(CgroupPlanTest, AParentThatCannotHoldTheCgroupFailsNamingIt) {
+  CgroupPlan plan;
+  plan.memory = {CgroupVersion::v1, "/nonexistent-cgroup-parent"};
+  auto cg = RunCgroup::create(plan, "soyaos-unit-missing", policy::Limits{64 << 20, 16, 0, 0, 0});
+  ASSERT_FALSE(cg);
+  EXPECT_NE(cg.error().message.find("cgroup (cgroup v1 memory)"), std::string::npos) << cg.error().message;
+  EXPECT_EQ(cg.error().err, ENOENT);
+}
+
+class HostCgroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto plan = probe_cgroups();
+    ASSERT_TRUE(plan) << plan.error().describe();
+    plan_ = *plan;
+    if (plan_.memory.version == CgroupVersion::none || plan_.pids.version == CgroupVersion::none) {
+      GTEST_SKIP() << "no writable memory and pids cgroup for uid " << ::geteuid() << ": " << plan_.why_not;
+    }
+  }
+  CgroupPlan plan_;
+};
+
+TEST_F(HostCgroupTest, LimitsAreWrittenAndTheDirectoriesRemoved) {
+  const std::string name = "soyaos-unit-" + std::to_string(::getpid());
+  std::vector<std::string> dirs;
+  {
+    auto cg = RunCgroup::create(plan_, name, policy::Limits{64 << 20, 16, 0, 0, 0});
+    ASSERT_TRUE(cg) << cg.error().describe();
+    dirs = cg->dirs();
+    ASSERT_FALSE(dirs.empty());
+    for (const auto& d : dirs) EXPECT_TRUE(is_dir(d)) << d;
+    const std::string mem = plan_.memory.parent + "/" + name;
+    const std::string pids = plan_.pids.parent + "/" + name;
+    if (plan_.memory.version == CgroupVersion::v1) {
+      EXPECT_EQ(slurp(mem + "/memory.limit_in_bytes"), std::to_string(64 << 20) + "\n");
+      if (is_dir(mem) && std::ifstream(mem + "/memory.memsw.limit_in_bytes").good()) {
+        EXPECT_EQ(slurp(mem + "/memory.memsw.limit_in_bytes"), std::to_string(64 << 20) + "\n");
+      }
+      EXPECT_NE(slurp(mem + "/memory.oom_control").find("oom_kill_disable 0"), std::string::npos);
+    } else {
+      EXPECT_EQ(slurp(mem + "/memory.max"), std::to_string(64 << 20) + "\n");
+    }
+    EXPECT_EQ(slurp(pids + "/pids.max"), "16\n");
+    if (plan_.cpu.version == CgroupVersion::v1) {
+      EXPECT_EQ(slurp(plan_.cpu.parent + "/" + name + "/cpu.shares"), std::to_string(kCpuSharesV1) + "\n");
+    }
+  }
+  for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d << " was left behind";
+}
+
+TEST_F(HostCgroupTest, SharedMemoryOfAPlacedProcessIsBoundedAndTheOomKillCounted) {
+  auto cg = RunCgroup::create(plan_, "soyaos-unit-oom-" + std::to_string(::getpid()),
+                              policy::Limits{32 << 20, 16, 0, 0, 0});
+  ASSERT_TRUE(cg) << cg.error().describe();
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char c;
+    if (::read(go[0], &c, 1) != 1) ::_exit(2);
+    // Shared anonymous memory: shmem, invisible to RLIMIT_DATA, charged to the cgroup.
+    const size_t len = size_t{256} << 20;
+    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) ::_exit(3);
+    std::memset(p, 1, len);
+    ::_exit(0);  // must not get here
+  }
+  ::close(go[0]);
+  ASSERT_TRUE(cg->add(pid));
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  ::close(go[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child was not killed: status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  auto u = cg->usage();
+  EXPECT_GE(u.oom_kills, 1u);
+  EXPECT_LE(u.memory_peak, uint64_t{32} << 20);
+}
+
+}  // namespace
+}  // namespace soyaos::comet
