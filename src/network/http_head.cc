@@ -280,4 +280,64 @@ HttpHeadParse parse_http_head(std::span<const uint8_t> bytes) {
   return p;
 }
 
+namespace {
+
+// The comma-separated elements of a field value, OWS trimmed (RFC 9110 5.6.1).
+std::vector<std::string_view> list_elements(std::string_view v) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = v.find(',', start);
+    std::string_view e = v.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    while (!e.empty() && (e.front() == ' ' || e.front() == '\t')) e.remove_prefix(1);
+    while (!e.empty() && (e.back() == ' ' || e.back() == '\t')) e.remove_suffix(1);
+    if (!e.empty()) out.push_back(e);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Forwarded (RFC 7239): some forwarded-element carries a host= parameter.
+bool forwarded_names_host(std::string_view value) {
+  for (std::string_view element : list_elements(value)) {
+    size_t start = 0;
+    for (;;) {
+      const size_t semi = element.find(';', start);
+      std::string_view pair = element.substr(start, semi == std::string_view::npos ? std::string_view::npos : semi - start);
+      while (!pair.empty() && (pair.front() == ' ' || pair.front() == '\t')) pair.remove_prefix(1);
+      if (istarts_with(pair, "host=")) return true;
+      if (semi == std::string_view::npos) break;
+      start = semi + 1;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string http_entry_refusal(const HttpHead& head) {
+  if (head.target.rfind("//", 0) == 0) {
+    return "the request target `" + head.target.substr(0, 80) + "` starts with `//` (a scheme-relative URL naming another host)";
+  }
+  static constexpr std::string_view kHostFields[] = {"x-forwarded-host", "x-forwarded-server", "x-host",
+                                                     "x-http-host-override", "x-original-host", "x-original-url",
+                                                     "x-rewrite-url"};
+  for (const auto& [name, value] : head.fields) {
+    for (std::string_view f : kHostFields) {
+      if (iequals(name, f)) return "a `" + name + "` field (it can name another host than Host)";
+    }
+    if (iequals(name, "forwarded") && forwarded_names_host(value)) {
+      return "a `Forwarded` field with host= (it can name another host than Host)";
+    }
+    if (iequals(name, "http2-settings")) return "an `HTTP2-Settings` field: cleartext HTTP/2 (h2c) is refused";
+    if (iequals(name, "upgrade")) {
+      for (std::string_view token : list_elements(value)) {
+        if (iequals(token, "h2c")) return "`Upgrade: h2c`: cleartext HTTP/2 is refused";
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace soyaos::network

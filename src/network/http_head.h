@@ -61,4 +61,14 @@ struct HttpHeadParse {
 // Content-Length fields, are invalid. Bytes after the head (a body) are not looked at.
 HttpHeadParse parse_http_head(std::span<const uint8_t> bytes);
 
+// Why the egress gateway refuses a parsed head on an `http` entry although its Host
+// matched, or "" when it may be forwarded. The gateway forwards heads unchanged, so
+// anything an upstream (or a framework behind it) may take as the host instead of Host is
+// refused: an origin-form target starting with "//" (read as a scheme-relative URL naming
+// another host), fields naming another host (X-Forwarded-Host, X-Forwarded-Server,
+// X-Host, X-HTTP-Host-Override, X-Original-Host, X-Original-URL, X-Rewrite-URL, Forwarded
+// with a host= parameter), and cleartext HTTP/2 (Upgrade: h2c, HTTP2-Settings), whose
+// :authority the gateway could not see. docs/network.md ("What each check proves").
+std::string http_entry_refusal(const HttpHead& head);
+
 }  // namespace soyaos::network

@@ -1,7 +1,13 @@
 #include "network/tls_client_hello.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <string_view>
 #include <utility>
+
+#include "network/byte_reader.h"
+#include "network/host_name.h"
 
 namespace soyaos::network {
 namespace {
@@ -9,44 +15,7 @@ namespace {
 constexpr uint8_t kContentHandshake = 22;
 constexpr uint8_t kHandshakeClientHello = 1;
 
-// A bounds-checked reader over one span; every read fails (returns false) instead of
-// running past the end.
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
-  [[nodiscard]] size_t left() const { return b_.size() - at_; }
-  [[nodiscard]] bool empty() const { return at_ == b_.size(); }
-  bool u8(uint8_t& v) {
-    if (left() < 1) return false;
-    v = b_[at_++];
-    return true;
-  }
-  bool u16(uint16_t& v) {
-    if (left() < 2) return false;
-    v = static_cast<uint16_t>((b_[at_] << 8) | b_[at_ + 1]);
-    at_ += 2;
-    return true;
-  }
-  bool bytes(size_t n, std::span<const uint8_t>& out) {
-    if (left() < n) return false;
-    out = b_.subspan(at_, n);
-    at_ += n;
-    return true;
-  }
-  // A vector with a 1- or 2-byte length prefix.
-  bool vec8(std::span<const uint8_t>& out) {
-    uint8_t n = 0;
-    return u8(n) && bytes(n, out);
-  }
-  bool vec16(std::span<const uint8_t>& out) {
-    uint16_t n = 0;
-    return u16(n) && bytes(n, out);
-  }
-
- private:
-  std::span<const uint8_t> b_;
-  size_t at_ = 0;
-};
+using Reader = ByteReader;
 
 bool fail(std::string& why, std::string reason) {
   why = std::move(reason);
@@ -83,23 +52,19 @@ bool parse_sni(std::span<const uint8_t> data, std::string& host, std::string& wh
     if (seen) return fail(why, "more than one host_name in server_name");
     seen = true;
     if (name.empty() || name.size() > 253) return fail(why, "host_name of " + std::to_string(name.size()) + " bytes");
-    host.clear();
-    size_t label = 0;
-    for (uint8_t c : name) {
-      if (c == 0) return fail(why, "host_name contains NUL");
-      if (c >= 0x80) return fail(why, "host_name is not ASCII");
-      if (c >= 'A' && c <= 'Z') c = static_cast<uint8_t>(c - 'A' + 'a');
-      if (c == '.') {
-        if (label == 0) return fail(why, "host_name has an empty label");
-        label = 0;
-      } else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_') {
-        if (++label > 63) return fail(why, "host_name has a label longer than 63 bytes");
-      } else {
-        return fail(why, "host_name has a character outside [A-Za-z0-9._-]");
-      }
-      host += static_cast<char>(c);
+    const std::string raw(name.begin(), name.end());
+    // RFC 6066 3: no trailing dot ("a.test." may select another virtual host than "a.test").
+    if (raw.back() == '.') return fail(why, "host_name ends with a dot");
+    if (raw.find('\0') != std::string::npos) return fail(why, "host_name contains NUL");
+    // RFC 6066 forbids literal addresses, but some clients send a dotted IPv4 anyway; it is
+    // kept as sent (it can only ever match an IP literal entry).
+    if (in_addr a{}; ::inet_pton(AF_INET, raw.c_str(), &a) == 1) {
+      host = raw;
+      continue;
     }
-    if (label == 0) return fail(why, "host_name ends with a dot");
+    auto canonical = canonical_host_name(raw);
+    if (!canonical) return fail(why, "SNI " + canonical.error().message);
+    host = std::move(*canonical);
   }
   return true;
 }
@@ -173,8 +138,12 @@ bool parse_body(std::span<const uint8_t> body, ClientHello& h, std::string& why)
       case tls_ext::supported_versions:
         if (!parse_versions(data, h.supported_versions, why)) return false;
         break;
-      case tls_ext::encrypted_client_hello: h.ech = true; break;
-      default: break;
+      default:
+        if (tls_ext::is_ech_like(type) && h.ech_type == 0) {
+          h.ech = true;
+          h.ech_type = type;
+        }
+        break;
     }
   }
   return true;
@@ -244,6 +213,19 @@ ClientHelloParse parse_client_hello(std::span<const uint8_t> in) {
   if (!parse_body(std::span<const uint8_t>(msg).subspan(4), p.hello, why)) return invalid(std::move(why));
   p.status = ParseStatus::complete;
   return p;
+}
+
+std::string ech_refusal(uint16_t ech_type) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string code = "0x";
+  for (int shift = 12; shift >= 0; shift -= 4) code += kHex[(ech_type >> shift) & 0xf];
+  const std::string what = ech_type == 0xffce ? "legacy encrypted SNI (ESNI"
+                           : ech_type == tls_ext::encrypted_client_hello ? "encrypted ClientHello (ECH"
+                                                                         : "a draft encrypted ClientHello (ECH draft";
+  return what + ", extension " + code +
+         "): the real server name would be hidden from the gateway. ECH GREASE, which Chromium-based clients "
+         "send on every connection, looks the same on the wire and is refused too on a passthrough https "
+         "entry; turn ECH off in the client (Chromium: --disable-features=EncryptedClientHello)";
 }
 
 }  // namespace soyaos::network

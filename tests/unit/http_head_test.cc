@@ -112,6 +112,38 @@ TEST(HttpHead, ProxyFieldsAreFlagged) {
   }
 }
 
+// Issue #18: what an upstream could take as the host instead of Host, and h2c (#15).
+TEST(HttpHead, GatewayRefusesOtherHostSpellingsAndH2c) {
+  const std::pair<std::string_view, std::string_view> refused[] = {
+      {"GET //other.host/x HTTP/1.1\r\nHost: a.example\r\n\r\n", "//"},
+      {"GET // HTTP/1.1\r\nHost: a.example\r\n\r\n", "//"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nX-Forwarded-Host: secret.pw.test\r\n\r\n", "X-Forwarded-Host"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nx-forwarded-server: s\r\n\r\n", "x-forwarded-server"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nX-Host: s\r\n\r\n", "X-Host"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nX-Original-URL: http://s/\r\n\r\n", "X-Original-URL"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nForwarded: for=1.2.3.4;Host=secret.pw.test\r\n\r\n", "Forwarded"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nForwarded: for=x, host=s\r\n\r\n", "Forwarded"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+       "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+       "h2c"},
+      {"GET / HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket, H2C\r\n\r\n", "h2c"},
+  };
+  for (const auto& [req, why] : refused) {
+    const HttpHeadParse p = parse(req);
+    ASSERT_EQ(p.status, ParseStatus::complete) << req << ": " << p.reason;
+    const std::string r = http_entry_refusal(p.head);
+    EXPECT_NE(r.find(why), std::string::npos) << req << " -> " << r;
+  }
+  for (std::string_view ok : {kCurl, kPost, std::string_view("GET /a//b HTTP/1.1\r\nHost: a\r\n\r\n"),
+                              std::string_view("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n"),
+                              std::string_view("GET / HTTP/1.1\r\nHost: a\r\nForwarded: for=1.2.3.4;proto=http\r\n\r\n"),
+                              std::string_view("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n")}) {
+    const HttpHeadParse p = parse(ok);
+    ASSERT_EQ(p.status, ParseStatus::complete) << ok << ": " << p.reason;
+    EXPECT_EQ(http_entry_refusal(p.head), "") << ok;
+  }
+}
+
 TEST(HttpHead, ChunkedRequest) {
   const HttpHeadParse p = parse("POST /u HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
   ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;

@@ -5,11 +5,17 @@
 #include <vector>
 
 #include "network/tls_client_hello.h"
+#include "tls_test_util.h"
 
 namespace soyaos::network {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using tls_test::Bytes;
+using tls_test::ext;
+using tls_test::hello_message;
+using tls_test::records;
+using tls_test::sni;
+using tls_test::sni_data;
 
 // OpenSSL 3.0.19 s_client -servername x.example -alpn h2,http/1.1 (captured on loopback)
 constexpr uint8_t kOpensslHello[] = {
@@ -71,66 +77,6 @@ constexpr uint8_t kCurlHello[] = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
     0x00, 0x00, 0x00, 0x00, 0x00,
 };
-
-void put16(Bytes& b, size_t v) {
-  b.push_back(static_cast<uint8_t>(v >> 8));
-  b.push_back(static_cast<uint8_t>(v));
-}
-
-Bytes ext(uint16_t type, const Bytes& data) {
-  Bytes b;
-  put16(b, type);
-  put16(b, data.size());
-  b.insert(b.end(), data.begin(), data.end());
-  return b;
-}
-
-// server_name extension data with the given (type, name) entries.
-Bytes sni_data(const std::vector<std::pair<uint8_t, std::string>>& names) {
-  Bytes list;
-  for (const auto& [type, name] : names) {
-    list.push_back(type);
-    put16(list, name.size());
-    list.insert(list.end(), name.begin(), name.end());
-  }
-  Bytes b;
-  put16(b, list.size());
-  b.insert(b.end(), list.begin(), list.end());
-  return b;
-}
-
-Bytes sni(const std::string& host) { return ext(tls_ext::server_name, sni_data({{0, host}})); }
-
-// A ClientHello handshake message (header included) with the given extension blocks.
-Bytes hello_message(const std::vector<Bytes>& exts, bool with_extensions = true) {
-  Bytes body = {0x03, 0x03};
-  body.insert(body.end(), 32, 0xab);                 // random
-  body.push_back(0);                                 // session id
-  body.insert(body.end(), {0x00, 0x02, 0x13, 0x01});  // TLS_AES_128_GCM_SHA256
-  body.insert(body.end(), {0x01, 0x00});             // null compression
-  if (with_extensions) {
-    Bytes all;
-    for (const Bytes& e : exts) all.insert(all.end(), e.begin(), e.end());
-    put16(body, all.size());
-    body.insert(body.end(), all.begin(), all.end());
-  }
-  Bytes msg = {1, static_cast<uint8_t>(body.size() >> 16), static_cast<uint8_t>(body.size() >> 8),
-               static_cast<uint8_t>(body.size())};
-  msg.insert(msg.end(), body.begin(), body.end());
-  return msg;
-}
-
-// Wraps `msg` in handshake records of at most `fragment` payload bytes each.
-Bytes records(const Bytes& msg, size_t fragment = 16384) {
-  Bytes out;
-  for (size_t at = 0; at < msg.size(); at += fragment) {
-    const size_t n = std::min(fragment, msg.size() - at);
-    out.insert(out.end(), {22, 0x03, 0x01});
-    put16(out, n);
-    out.insert(out.end(), msg.begin() + static_cast<std::ptrdiff_t>(at), msg.begin() + static_cast<std::ptrdiff_t>(at + n));
-  }
-  return out;
-}
 
 ClientHelloParse parse(const Bytes& b) { return parse_client_hello(b); }
 
@@ -283,10 +229,70 @@ TEST(ClientHello, EncryptedClientHelloIsFlagged) {
   EXPECT_FALSE(p.hello.ech);
 }
 
-TEST(ClientHello, UnderscoreAndDigitsAreAccepted) {
-  const ClientHelloParse p = parse(records(hello_message({sni("_Svc.1-2.Example")})));
+TEST(ClientHello, SniIsCanonicalOrRefused) {
+  ClientHelloParse p = parse(records(hello_message({sni("Svc.1-2.Example")})));
   ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
-  EXPECT_EQ(p.hello.server_name, "_svc.1-2.example");
+  EXPECT_EQ(p.hello.server_name, "svc.1-2.example");
+  p = parse(records(hello_message({sni("XN--Bcher-KVA.example")})));
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_EQ(p.hello.server_name, "xn--bcher-kva.example");
+  p = parse(records(hello_message({sni("192.0.2.1")})));  // kept as sent: only an IP literal entry matches it
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_EQ(p.hello.server_name, "192.0.2.1");
+  // Every spelling a resolver or a server could read as another name is refused.
+  for (const char* bad : {"_svc.example", "secre\\t.pw.test", "\\115ecret.pw.test", "secre%74.pw.test",
+                          "secret\t.pw.test", "xn--abc.example", "xn--secret-.pw.test", "0x7f.1", "127.1",
+                          "b\xc3\xbc" "cher.example", "-a.example", "a.example:443"}) {
+    p = parse(records(hello_message({sni(bad)})));
+    EXPECT_EQ(p.status, ParseStatus::invalid) << bad;
+    EXPECT_NE(p.reason.find("SNI host name"), std::string::npos) << bad << ": " << p.reason;
+  }
+}
+
+TEST(ClientHello, LegacyAndDraftEchCodePointsAreFlagged) {
+  for (uint16_t type : {0xfe0d, 0xffce, 0xfe0a, 0xfe0b, 0xfe0c, 0xfe09, 0xfe08, 0xff02, 0xff03, 0xff04, 0xfd00}) {
+    const ClientHelloParse p = parse(records(hello_message({sni("public.example"), ext(type, {0, 1, 2})})));
+    ASSERT_EQ(p.status, ParseStatus::complete) << type << ": " << p.reason;
+    EXPECT_TRUE(p.hello.ech) << type;
+    EXPECT_EQ(p.hello.ech_type, type);
+  }
+  // renegotiation_info (0xff01) and GREASE extension types are no ECH.
+  for (uint16_t type : {0xff01, 0x0a0a, 0xfafa, 0xfe0e, 0xfcff}) {
+    const ClientHelloParse p = parse(records(hello_message({sni("public.example"), ext(type, {0})})));
+    ASSERT_EQ(p.status, ParseStatus::complete) << type << ": " << p.reason;
+    EXPECT_FALSE(p.hello.ech) << type;
+  }
+  EXPECT_NE(ech_refusal(0xfe0d).find("GREASE"), std::string::npos);
+  EXPECT_NE(ech_refusal(0xfe0d).find("0xfe0d"), std::string::npos);
+  EXPECT_NE(ech_refusal(0xffce).find("ESNI"), std::string::npos);
+  EXPECT_NE(ech_refusal(0xfe0a).find("draft"), std::string::npos);
+}
+
+// What Chromium sends (GREASE cipher suites, extensions, versions and groups, and ECH
+// GREASE): it parses, with its SNI; ECH GREASE is indistinguishable from ECH (ech set).
+TEST(ClientHello, ChromiumStyleHelloParses) {
+  const Bytes ech_grease = {0, 0, 1, 0, 1, 0x7d, 0, 0x20};  // outer, HPKE suite, config id, enc len...
+  Bytes ech_data = ech_grease;
+  ech_data.insert(ech_data.end(), 32, 0x11);
+  ech_data.insert(ech_data.end(), {0, 0x10});
+  ech_data.insert(ech_data.end(), 16, 0x22);
+  const Bytes with_ech = records(hello_message({ext(0x1a1a, {}), sni("www.example.com"), ext(23, {}), ext(0xff01, {0}),
+                                                ext(10, {0, 6, 0x2a, 0x2a, 0, 0x1d, 0, 0x17}), ext(11, {1, 0}),
+                                                ext(35, {}), ext(16, {0, 12, 2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'}),
+                                                ext(5, {1, 0, 0, 0, 0}), ext(13, {0, 4, 4, 3, 8, 4}), ext(18, {}),
+                                                ext(51, {0, 5, 0x2a, 0x2a, 0, 1, 0}), ext(45, {1, 1}),
+                                                ext(43, {6, 0x8a, 0x8a, 3, 4, 3, 3}), ext(27, {2, 0, 2}),
+                                                ext(17513, {0, 3, 2, 'h', '2'}), ext(tls_ext::encrypted_client_hello, ech_data),
+                                                ext(0x4a4a, {0})}));
+  ClientHelloParse p = parse(with_ech);
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_EQ(p.hello.server_name, "www.example.com");
+  EXPECT_TRUE(p.hello.ech);
+  const Bytes without = records(hello_message({ext(0x1a1a, {}), sni("www.example.com"), ext(43, {4, 0x8a, 0x8a, 3, 4}),
+                                               ext(0x4a4a, {0})}));
+  p = parse(without);
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_FALSE(p.hello.ech);
 }
 
 }  // namespace
