@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 
 #include "manifest/manifest.h"
 
@@ -38,17 +39,20 @@ bool is_v4_compatible(const IpAddress& a) {
   return !unspecified_or_loopback;
 }
 
-// 64:ff9b::/96 (RFC 6052 NAT64 well-known prefix): a NAT64 gateway turns it into the IPv4
-// address in the last 4 bytes, so 64:ff9b::a9fe:a9fe reaches 169.254.169.254.
-bool is_nat64(const IpAddress& a) {
-  static constexpr std::array<uint8_t, 12> kPrefix{0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-  return a.v6 && std::equal(kPrefix.begin(), kPrefix.end(), a.bytes.begin());
-}
-
 IpAddress embedded_v4(const IpAddress& a) {
   IpAddress v4;
   std::copy_n(a.bytes.begin() + 12, 4, v4.bytes.begin());
   return v4;
+}
+
+IpAddress v4_of(uint8_t b0, uint8_t b1, uint8_t b2, uint8_t b3) {
+  IpAddress v4;
+  v4.bytes = {b0, b1, b2, b3};
+  return v4;
+}
+
+bool starts_with(const IpAddress& a, std::initializer_list<uint8_t> prefix) {
+  return a.v6 && std::equal(prefix.begin(), prefix.end(), a.bytes.begin());
 }
 
 IpAddress mapped_v6(const IpAddress& v4) {
@@ -184,10 +188,45 @@ bool contains(const Cidr& cidr, const IpAddress& addr) {
   return prefix_equal(cidr.base.bytes, a.bytes, std::min<unsigned>(cidr.prefix, a.v6 ? 128 : 32));
 }
 
+std::vector<IpAddress> address_forms(const IpAddress& addr) {
+  std::vector<IpAddress> out{addr};
+  if (!addr.v6) return out;
+  const auto& b = addr.bytes;
+  auto add = [&](const IpAddress& v4) {
+    if (std::find(out.begin(), out.end(), v4) == out.end()) out.push_back(v4);
+  };
+  if (is_v4_mapped(addr) || is_v4_compatible(addr)) add(embedded_v4(addr));
+  // NAT64 well-known prefix 64:ff9b::/96 (RFC 6052 2.1).
+  if (starts_with(addr, {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0})) add(embedded_v4(addr));
+  // Local-use NAT64 64:ff9b:1::/48 (RFC 8215): the operator picks the prefix length, so
+  // every RFC 6052 2.2 layout counts (bits 64..71 are the reserved "u" octet).
+  if (starts_with(addr, {0, 0x64, 0xff, 0x9b, 0, 1})) {
+    add(v4_of(b[6], b[7], b[9], b[10]));    // /48
+    add(v4_of(b[7], b[9], b[10], b[11]));   // /56
+    add(v4_of(b[9], b[10], b[11], b[12]));  // /64
+    add(embedded_v4(addr));                 // /96
+  }
+  if (starts_with(addr, {0x20, 0x02})) add(v4_of(b[2], b[3], b[4], b[5]));  // 6to4 (RFC 3056)
+  if (starts_with(addr, {0x20, 0x01, 0, 0})) {                                // Teredo (RFC 4380)
+    add(v4_of(b[4], b[5], b[6], b[7]));
+    add(v4_of(static_cast<uint8_t>(~b[12]), static_cast<uint8_t>(~b[13]), static_cast<uint8_t>(~b[14]),
+              static_cast<uint8_t>(~b[15])));
+  }
+  // ISATAP interface identifier (RFC 5214 6.1): 0000:5efe or 0200:5efe, then the IPv4.
+  if ((b[8] == 0 || b[8] == 2) && b[9] == 0 && b[10] == 0x5e && b[11] == 0xfe) add(embedded_v4(addr));
+  return out;
+}
+
+bool same_address(const IpAddress& a, const IpAddress& b) {
+  const auto fa = address_forms(a);
+  const auto fb = address_forms(b);
+  return std::any_of(fa.begin(), fa.end(), [&](const IpAddress& x) { return std::find(fb.begin(), fb.end(), x) != fb.end(); });
+}
+
 bool is_private_address(const IpAddress& addr) {
-  if (!addr.v6) return private_v4(addr);
-  if (is_v4_mapped(addr) || is_v4_compatible(addr) || is_nat64(addr)) return private_v4(embedded_v4(addr));
-  return private_v6(addr);
+  const auto forms = address_forms(addr);
+  return std::any_of(forms.begin(), forms.end(),
+                     [](const IpAddress& f) { return f.v6 ? private_v6(f) : private_v4(f); });
 }
 
 bool OperatorNetwork::denies(std::string_view host) const {
@@ -197,9 +236,7 @@ bool OperatorNetwork::denies(std::string_view host) const {
   for (const std::string& pattern : egress_deny) {
     if (pattern == h) return true;
     if (host_ip) {
-      if (const auto p = parse_ip(pattern); p && contains(Cidr{*p, static_cast<uint8_t>(p->v6 ? 128 : 32)}, *host_ip)) {
-        return true;
-      }
+      if (const auto p = parse_ip(pattern); p && same_address(*p, *host_ip)) return true;
       continue;
     }
     if (pattern.size() > 2 && pattern[0] == '*' && pattern[1] == '.' && manifest::host_matches(pattern, h)) return true;
@@ -207,8 +244,22 @@ bool OperatorNetwork::denies(std::string_view host) const {
   return false;
 }
 
+bool OperatorNetwork::denies_address(const IpAddress& addr) const {
+  return std::any_of(egress_deny.begin(), egress_deny.end(), [&](const std::string& pattern) {
+    const auto p = parse_ip(pattern);
+    return p && same_address(*p, addr);
+  });
+}
+
 bool OperatorNetwork::private_allowed(const IpAddress& addr) const {
   return std::any_of(allow_private.begin(), allow_private.end(), [&](const Cidr& r) { return contains(r, addr); });
+}
+
+bool OperatorNetwork::refuses_private(const IpAddress& addr) const {
+  const auto forms = address_forms(addr);
+  return std::any_of(forms.begin(), forms.end(), [&](const IpAddress& f) {
+    return (f.v6 ? private_v6(f) : private_v4(f)) && !private_allowed(f);
+  });
 }
 
 }  // namespace soyaos::policy

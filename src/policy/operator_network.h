@@ -43,11 +43,23 @@ std::string to_string(const Cidr& cidr);
 // (::ffff:a.b.c.d) is compared as the IPv4 address it carries.
 bool contains(const Cidr& cidr, const IpAddress& addr);
 
+// The address itself, then every IPv4 address an IPv6 address carries in a form that some
+// path (the kernel's dual-stack sockets, a NAT64 gateway, a 6to4 or Teredo relay) would
+// turn into a connection to that IPv4 address: IPv4-mapped ::ffff:a.b.c.d,
+// IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::/96 (RFC 6052) and the local-use 64:ff9b:1::/48
+// (RFC 8215; every RFC 6052 embedding, /48 to /96, since its prefix length is local),
+// 6to4 2002:AABB:CCDD::/48, Teredo 2001:0::/32 (server and de-obfuscated client) and the
+// ISATAP interface id ::0:5efe:a.b.c.d. Every address rule (egress.deny, the private
+// ranges, the host's own addresses) is checked against each form.
+std::vector<IpAddress> address_forms(const IpAddress& addr);
+// Some form of a equals some form of b ("::ffff:10.0.0.1" is 10.0.0.1).
+bool same_address(const IpAddress& a, const IpAddress& b);
+
 // The ranges SPEC.md C6 refuses for upstream answers unless the operator allows them:
 // 127/8, 10/8, 172.16/12, 192.168/16, 169.254/16, 100.64/10, ::1, fc00::/7, fe80::/10 —
 // plus the unspecified and "this network" addresses (0/8, ::), multicast (224/4, ff00::/8),
-// broadcast 255.255.255.255 and IPv4-mapped/compatible forms of any of them, which no
-// upstream answer should ever steer a connection to either.
+// broadcast 255.255.255.255, and every address whose address_forms include one of them,
+// which no upstream answer should ever steer a connection to either.
 bool is_private_address(const IpAddress& addr);
 
 struct DnsUpstream {
@@ -74,8 +86,13 @@ struct OperatorNetwork {
   // egress.deny pattern: exact, wildcard strictly below (manifest::host_matches), or the
   // same address.
   [[nodiscard]] bool denies(std::string_view host) const;
+  // True when some form of `addr` (address_forms) is an egress.deny address.
+  [[nodiscard]] bool denies_address(const IpAddress& addr) const;
   // True when `addr` falls in an egress.allow_private range.
   [[nodiscard]] bool private_allowed(const IpAddress& addr) const;
+  // True when some form of `addr` is private (is_private_address) and no egress.allow_private
+  // range covers that form: the C6 rebinding rule for an upstream answer.
+  [[nodiscard]] bool refuses_private(const IpAddress& addr) const;
 };
 
 }  // namespace soyaos::policy

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 
 namespace soyaos::policy {
@@ -100,13 +102,22 @@ TEST(OperatorNetwork, PrivateAddressesEveryListedRange) {
                         "0.0.0.0", "0.1.2.3", "::", "224.0.0.1", "239.255.255.255", "ff02::1", "255.255.255.255",
                         // IPv4-mapped / compatible / NAT64 forms
                         "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::ffff:10.0.0.1", "::10.0.0.1",
-                        "::127.0.0.1", "64:ff9b::169.254.169.254", "::ffff:0.0.0.0"}) {
+                        "::127.0.0.1", "64:ff9b::169.254.169.254", "::ffff:0.0.0.0", "64:ff9b::7f00:1",
+                        "64:ff9b::10.1.2.3",
+                        // local-use NAT64 (RFC 8215) at each RFC 6052 prefix length
+                        "64:ff9b:1::a9fe:a9fe", "64:ff9b:1:7f00:1::", "64:ff9b:1:ff7f:0:1::",
+                        "64:ff9b:1:ffff:7f:0:1:0",
+                        // 6to4 of 127.0.0.1 and 10.0.0.1, Teredo with a private server / client,
+                        // ISATAP interface id
+                        "2002:7f00:1::1", "2002:a00:1::", "2001:0:a00:1::", "2001:0:808:808:0:0:80ff:fffe",
+                        "2001:db8::5efe:a9fe:a9fe"}) {
     EXPECT_TRUE(is_private_address(ip(p))) << p;
   }
   for (const char* p : {"8.8.8.8", "1.1.1.1", "172.15.255.255", "172.32.0.0", "192.169.0.1", "100.63.255.255",
                         "100.128.0.0", "169.253.255.255", "11.0.0.1", "126.255.255.255", "128.0.0.1",
                         "223.255.255.255", "255.255.255.254", "2001:db8::1", "2606:4700::1111", "fbff::1", "fec0::1",
-                        "::ffff:8.8.8.8", "::8.8.8.8", "64:ff9b::8.8.8.8"}) {
+                        "::ffff:8.8.8.8", "::8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1",
+                        "2001:0:808:808:0:0:f7f7:f7f7"}) {
     EXPECT_FALSE(is_private_address(ip(p))) << p;
   }
 }
@@ -130,6 +141,54 @@ TEST(OperatorNetwork, DeniesExactWildcardAndAddresses) {
   EXPECT_TRUE(n.denies("2001:DB8:0::66"));
   EXPECT_FALSE(n.denies("2001:db8::67"));
   EXPECT_FALSE(OperatorNetwork{}.denies("evil.example.com"));
+}
+
+TEST(OperatorNetwork, AddressFormsCarryEveryEmbeddedIpv4) {
+  auto has = [](const std::string& v6, const std::string& v4) {
+    const auto forms = address_forms(ip(v6));
+    return std::find(forms.begin(), forms.end(), ip(v4)) != forms.end();
+  };
+  EXPECT_EQ(address_forms(ip("192.0.2.1")).size(), 1U);
+  EXPECT_EQ(address_forms(ip("2001:db8::1")).size(), 1U);
+  EXPECT_EQ(address_forms(ip("::1")).size(), 1U);  // loopback, not ::0.0.0.1
+  EXPECT_TRUE(has("::ffff:192.0.2.1", "192.0.2.1"));
+  EXPECT_TRUE(has("::192.0.2.1", "192.0.2.1"));
+  EXPECT_TRUE(has("64:ff9b::192.0.2.1", "192.0.2.1"));
+  EXPECT_TRUE(has("64:ff9b:1::c000:201", "192.0.2.1"));
+  EXPECT_TRUE(has("64:ff9b:1:c000:2:100::", "192.0.2.1"));  // /48 layout, u octet skipped
+  EXPECT_TRUE(has("2002:c000:201::1", "192.0.2.1"));
+  EXPECT_TRUE(has("2001:0:4136:e378:8000:63bf:3fff:fdfe", "65.54.227.120"));  // RFC 4380 example
+  EXPECT_TRUE(has("2001:0:4136:e378:8000:63bf:3fff:fdfe", "192.0.2.1"));
+  EXPECT_TRUE(same_address(ip("::ffff:10.0.0.1"), ip("10.0.0.1")));
+  EXPECT_TRUE(same_address(ip("64:ff9b::a00:1"), ip("::ffff:10.0.0.1")));
+  EXPECT_FALSE(same_address(ip("64:ff9b::a00:1"), ip("10.0.0.2")));
+}
+
+TEST(OperatorNetwork, DenyAddressesCoverEveryForm) {
+  OperatorNetwork n;
+  n.egress_deny = {"203.0.113.7", "::ffff:198.51.100.9"};
+  for (const char* a : {"203.0.113.7", "::ffff:203.0.113.7", "::203.0.113.7", "64:ff9b::cb00:7107",
+                        "64:ff9b:1::cb00:7107", "2002:cb00:7107::1", "198.51.100.9", "64:ff9b::198.51.100.9"}) {
+    EXPECT_TRUE(n.denies(a)) << a;
+    EXPECT_TRUE(n.denies_address(ip(a))) << a;
+  }
+  for (const char* a : {"203.0.113.8", "64:ff9b::cb00:7108", "2001:db8::cb00:7107"}) {
+    EXPECT_FALSE(n.denies(a)) << a;
+    EXPECT_FALSE(n.denies_address(ip(a))) << a;
+  }
+}
+
+TEST(OperatorNetwork, RefusesPrivateChecksEachFormAgainstAllowPrivate) {
+  OperatorNetwork n;
+  EXPECT_TRUE(n.refuses_private(ip("10.1.2.3")));
+  EXPECT_TRUE(n.refuses_private(ip("64:ff9b::a01:203")));
+  EXPECT_FALSE(n.refuses_private(ip("192.0.2.1")));
+  n.allow_private = {cidr("10.0.0.0/8")};
+  EXPECT_FALSE(n.refuses_private(ip("10.1.2.3")));
+  EXPECT_FALSE(n.refuses_private(ip("::ffff:10.1.2.3")));
+  EXPECT_FALSE(n.refuses_private(ip("64:ff9b::a01:203")));
+  EXPECT_TRUE(n.refuses_private(ip("64:ff9b::7f00:1")));
+  EXPECT_TRUE(n.refuses_private(ip("::1")));
 }
 
 TEST(OperatorNetwork, PrivateAllowed) {
