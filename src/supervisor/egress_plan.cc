@@ -7,6 +7,8 @@
 #include <cstring>
 #include <set>
 
+#include "network/host_name.h"
+
 namespace soyaos::supervisor {
 namespace {
 
@@ -34,6 +36,11 @@ comet::EgressRule literal_rule(const policy::IpAddress& ip, uint16_t port, uint8
 }
 
 bool stream_protocol(Protocol p) { return p == Protocol::https || p == Protocol::http || p == Protocol::tcp; }
+
+bool is_canonical_name(const std::string& name) {
+  const auto canonical = network::canonical_host_name(name);
+  return canonical.ok() && canonical.value() == name;
+}
 
 
 }  // namespace
@@ -80,7 +87,11 @@ Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy:
       if (tcp_pairs.insert({fake, e.port}).second) p.plan_.redirect_tcp.push_back(v4_rule(fake, e.port, IPPROTO_TCP));
     }
   }
-  // Wildcards: a /24 block each, redirected on the entry's port.
+  // Wildcards: a /24 block each. A name is given an address in the block of the most
+  // specific wildcard entry covering it (fake_address_for); the entries covering such a
+  // name are that entry and every wider one (suffix patterns nest or are disjoint), so the
+  // block is redirected on the ports of exactly those entries: `*.a.wild.test:18080`'s
+  // block also on the port of `*.wild.test:18443`, but not the other way round.
   uint32_t next_block = kFakeWildcardBase;
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
@@ -103,8 +114,15 @@ Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy:
       p.block_next_[block] = 1;
     }
     p.wildcard_blocks_.emplace_back(i, block);
-    if (tcp_pairs.insert({block, e.port}).second) {
-      p.plan_.redirect_tcp.push_back(v4_rule(block, e.port, IPPROTO_TCP, 24));
+    for (size_t j = 0; j < entries.size(); ++j) {
+      const auto& wider = entries[j];
+      if (p.denied_[j] || !stream_protocol(wider.protocol) || !is_wildcard(wider.host) ||
+          !manifest::host_matches(wider.host, e.host)) {
+        continue;
+      }
+      if (tcp_pairs.insert({block, wider.port}).second) {
+        p.plan_.redirect_tcp.push_back(v4_rule(block, wider.port, IPPROTO_TCP, 24));
+      }
     }
   }
   // IP literals: redirected as they are.
@@ -137,6 +155,10 @@ Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy:
 
 std::vector<size_t> EgressPlan::entries_for_name(const std::string& name) const {
   std::vector<size_t> out;
+  // Operator policy applies to the concrete name, whatever pattern the pack declared
+  // (issue #15: a wildcard entry reached a name egress.deny lists). A name that is not
+  // canonical (network::canonical_host_name) matches nothing: callers canonicalise first.
+  if (!is_canonical_name(name) || network_->denies(name)) return out;
   const auto& entries = policy_->egress;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (denied_[i] || entries[i].protocol == Protocol::moon_proxy) continue;
@@ -148,8 +170,10 @@ std::vector<size_t> EgressPlan::entries_for_name(const std::string& name) const 
 
 std::optional<size_t> EgressPlan::denied_entry_for_name(const std::string& name) const {
   const auto& entries = policy_->egress;
+  const bool name_denied = network_->denies(name);
   for (size_t i = 0; i < entries.size(); ++i) {
-    if (denied_[i] && manifest::host_matches(entries[i].host, name)) return i;
+    if (entries[i].protocol == Protocol::moon_proxy || policy::parse_ip(entries[i].host)) continue;
+    if ((denied_[i] || name_denied) && manifest::host_matches(entries[i].host, name)) return i;
   }
   return std::nullopt;
 }
@@ -164,14 +188,18 @@ std::optional<uint32_t> EgressPlan::fake_address_for(const std::string& name) {
     addr = kFakeRangeBase + any_next_++;
     if ((addr & 0xff) == 0) addr = kFakeRangeBase + any_next_++;  // skip x.y.z.0
   } else {
+    if (entries_for_name(name).empty()) return std::nullopt;
+    // The most specific wildcard covering the name (see build: its block is redirected on
+    // the ports of every entry covering the name).
+    std::optional<std::pair<size_t, uint32_t>> best;
     for (const auto& [i, block] : wildcard_blocks_) {
       if (!manifest::host_matches(policy_->egress[i].host, name)) continue;
-      uint32_t& next = block_next_[block];
-      if (next > 254) return std::nullopt;
-      addr = block + next++;
-      break;
+      if (!best || policy_->egress[i].host.size() > policy_->egress[best->first].host.size()) best = {i, block};
     }
-    if (addr == 0) return std::nullopt;
+    if (!best) return std::nullopt;
+    uint32_t& next = block_next_[best->second];
+    if (next > 254) return std::nullopt;
+    addr = best->second + next++;
   }
   name_to_fake_[name] = addr;
   fake_to_name_[addr] = name;
@@ -189,7 +217,7 @@ EgressDecision EgressPlan::decide_name(const std::string& name, uint16_t port, b
   d.closest = "no match";
   if (policy_->egress_any) {
     d.any = !udp;
-    if (!udp && !network_->denies(name)) return d;
+    if (!udp && is_canonical_name(name) && !network_->denies(name)) return d;
     d.any = false;
     d.closest = "capabilities.egress";
     return d;

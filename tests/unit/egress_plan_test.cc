@@ -133,6 +133,70 @@ TEST(EgressPlan, OperatorDenyRemovesEntries) {
   EXPECT_EQ(plan->network_plan().redirect_tcp.size(), 1u);
 }
 
+// Issue #15: operator policy is checked against the concrete name, not only the pattern
+// the pack declared, with the name's odd spellings refused rather than matched.
+TEST(EgressPlan, OperatorDenyAppliesToConcreteNamesUnderAWildcard) {
+  auto p = with_entries({entry("*.pw.test", 443, Protocol::https, 0), entry("*.pw.test", 80, Protocol::http, 1)});
+  policy::OperatorNetwork net;
+  net.egress_deny = {"secret.pw.test", "*.vault.pw.test"};
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan) << plan.error().describe();
+  EXPECT_EQ(plan->entries_for_name("open.pw.test").size(), 2u);
+  for (const char* denied : {"secret.pw.test", "a.vault.pw.test", "x.y.vault.pw.test"}) {
+    EXPECT_TRUE(plan->entries_for_name(denied).empty()) << denied;
+    EXPECT_EQ(plan->denied_entry_for_name(denied), 0u) << denied;
+    EXPECT_FALSE(plan->fake_address_for(denied)) << denied;
+    EXPECT_TRUE(plan->decide_name(denied, 443, false).entries.empty()) << denied;
+  }
+  // Spellings that are not canonical match nothing (the stub and the gateway refuse them).
+  for (const char* odd : {"SECRET.pw.test", "secret.pw.test.", "secre\\t.pw.test", "\\115ecret.pw.test",
+                          "secre%74.pw.test", "_x.pw.test"}) {
+    EXPECT_TRUE(plan->entries_for_name(odd).empty()) << odd;
+    EXPECT_FALSE(plan->fake_address_for(odd)) << odd;
+  }
+  EXPECT_FALSE(plan->denied_entry_for_name("open.pw.test"));
+}
+
+TEST(EgressPlan, AnyStillDeniesConcreteNames) {
+  policy::Policy p;
+  p.egress_any = true;
+  policy::OperatorNetwork net;
+  net.egress_deny = {"*.pw.test"};
+  auto plan = EgressPlan::build(p, net);
+  ASSERT_TRUE(plan);
+  EXPECT_FALSE(plan->decide_name("a.pw.test", 443, false).any);
+  EXPECT_FALSE(plan->decide_name("A.pw.test", 443, false).any);
+  EXPECT_TRUE(plan->decide_name("a.ok.test", 443, false).any);
+}
+
+// Issue #18: `*.wild.test:18443` and `*.a.wild.test:18080` — a name below both reaches both
+// ports; a name only below the wider one is redirected on the wider one's port only.
+TEST(EgressPlan, NestedWildcardsOnDifferentPortsRedirectEveryCoveringPort) {
+  for (bool narrow_first : {false, true}) {
+    std::vector<manifest::EgressEntry> entries = {entry("*.wild.test", 18443, Protocol::https, 0),
+                                                  entry("*.a.wild.test", 18080, Protocol::http, 1)};
+    if (narrow_first) std::swap(entries[0], entries[1]);
+    auto p = with_entries(entries);
+    policy::OperatorNetwork net;
+    auto plan = EgressPlan::build(p, net);
+    ASSERT_TRUE(plan) << plan.error().describe();
+    auto both = plan->fake_address_for("x.a.wild.test");
+    auto wide = plan->fake_address_for("y.wild.test");
+    ASSERT_TRUE(both && wide);
+    EXPECT_NE(*both & 0xffffff00u, *wide & 0xffffff00u);
+    const std::string rules = comet::nft_ruleset(plan->network_plan());
+    const std::string both_block = "ip daddr " + dotted(*both & 0xffffff00u) + "/24 tcp dport ";
+    const std::string wide_block = "ip daddr " + dotted(*wide & 0xffffff00u) + "/24 tcp dport ";
+    EXPECT_NE(rules.find(both_block + "18080 redirect"), std::string::npos) << rules;
+    EXPECT_NE(rules.find(both_block + "18443 redirect"), std::string::npos) << rules;
+    EXPECT_NE(rules.find(wide_block + "18443 redirect"), std::string::npos) << rules;
+    EXPECT_EQ(rules.find(wide_block + "18080"), std::string::npos) << rules;
+    EXPECT_EQ(plan->decide_name("x.a.wild.test", 18080, false).entries.size(), 1u);
+    EXPECT_EQ(plan->decide_name("x.a.wild.test", 18443, false).entries.size(), 1u);
+    EXPECT_TRUE(plan->decide_name("y.wild.test", 18080, false).entries.empty());
+  }
+}
+
 TEST(EgressPlan, AnyRedirectsAllTcpAndHandsOutAddressesPerName) {
   policy::Policy p;
   p.egress_any = true;
