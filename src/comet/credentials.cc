@@ -8,14 +8,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "common/unique_fd.h"
 
 namespace soyaos::comet {
 namespace {
-
-constexpr uid_t kRootModeHostId = 65534;  // nobody / nogroup
 
 Status write_proc_file(pid_t pid, const char* name, const std::string& content) {
   std::string path = "/proc/" + std::to_string(pid) + "/" + name;
@@ -29,10 +29,84 @@ Status write_proc_file(pid_t pid, const char* name, const std::string& content) 
 
 }  // namespace
 
-Status write_id_maps(pid_t child, const policy::Policy& policy) {
+// Whether /proc/self/{uid,gid}_map maps the whole run-id range (true in the initial user
+// namespace; a "root" inside a container's user namespace usually has 65536 ids only).
+bool run_ids_mapped(const char* file) {
+  UniqueFd fd(::open(file, O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  char buf[4096] = {};
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n <= 0) return false;
+  const char* p = buf;
+  for (;;) {
+    unsigned long long inside = 0, outside = 0, count = 0;
+    int used = 0;
+    // NOLINTNEXTLINE(cert-err34-c): three numbers per line, checked through the count
+    if (std::sscanf(p, " %llu %llu %llu%n", &inside, &outside, &count, &used) != 3) return false;
+    if (inside <= kRunIdBase && inside + count >= uint64_t{kRunIdBase} + kRunIdSpan) return true;
+    p += used;
+  }
+}
+
+bool use_run_ids() {
+  static const bool mapped = ::geteuid() == 0 && run_ids_mapped("/proc/self/uid_map") &&
+                             run_ids_mapped("/proc/self/gid_map");
+  return mapped;
+}
+
+uid_t run_host_uid() {
+  if (::geteuid() != 0) return ::geteuid();
+  if (!use_run_ids()) return kFallbackHostId;
+  return kRunIdBase + static_cast<uid_t>(::gettid()) % kRunIdSpan;
+}
+
+gid_t run_host_gid() {
+  if (::geteuid() != 0) return ::getegid();
+  if (!use_run_ids()) return kFallbackHostId;
+  return kRunIdBase + static_cast<gid_t>(::gettid()) % kRunIdSpan;
+}
+
+Status enter_run_ids(uid_t uid, gid_t gid) {
+  // SAFETY: raw setresgid/setresuid change only this thread's credentials. The real and
+  // saved ids stay 0, so leave_run_ids can take euid 0 (and the effective capabilities,
+  // copied back from the permitted set) again.
+  if (::syscall(SYS_setresgid, -1, gid, -1) != 0) return errno_error("setresgid (effective) " + std::to_string(gid));
+  if (::syscall(SYS_setresuid, -1, uid, -1) != 0) {
+    const int err = errno;
+    leave_run_ids();
+    return Error{err, "setresuid (effective) " + std::to_string(uid)};
+  }
+  return {};
+}
+
+void leave_run_ids() {
+  // SAFETY: as above; restoring euid 0 from a saved uid of 0 cannot fail.
+  (void)::syscall(SYS_setresuid, -1, 0, -1);
+  (void)::syscall(SYS_setresgid, -1, 0, -1);
+}
+
+Status bound_user_quotas() {
+  const std::pair<const char*, const char*> limits[] = {
+      {"max_inotify_instances", "16"}, {"max_inotify_watches", "8192"}, {"max_fanotify_groups", "0"},
+      {"max_fanotify_marks", "0"},     {"max_user_namespaces", "0"},    {"max_mnt_namespaces", "0"},
+      {"max_pid_namespaces", "0"},     {"max_net_namespaces", "0"},     {"max_ipc_namespaces", "0"},
+      {"max_uts_namespaces", "0"},     {"max_cgroup_namespaces", "0"},  {"max_time_namespaces", "0"},
+  };
+  for (const auto& [name, value] : limits) {
+    const std::string path = std::string("/proc/sys/user/") + name;
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd && errno == ENOENT) continue;  // a kernel without that quota
+    if (!fd) return errno_error("open " + path);
+    const size_t len = std::strlen(value);
+    if (::write(fd.get(), value, len) != static_cast<ssize_t>(len)) {
+      return errno_error("write " + std::string(value) + " to " + path);
+    }
+  }
+  return {};
+}
+
+Status write_id_maps(pid_t child, const policy::Policy& policy, uid_t host_uid, gid_t host_gid) {
   const bool root = ::geteuid() == 0;
-  const uid_t host_uid = root ? kRootModeHostId : ::geteuid();
-  const gid_t host_gid = root ? kRootModeHostId : ::getegid();
   if (!root) {
     // An unprivileged process may only write gid_map after denying setgroups.
     if (auto s = write_proc_file(child, "setgroups", "deny"); !s) return s;

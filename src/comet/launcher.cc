@@ -92,6 +92,72 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
   return rules;
 }
 
+// "Go" carries the mount sources the parent opened in our mount namespace
+// (open_mount_sources through /proc/CHILD/root), in Policy::mounts order.
+constexpr size_t kMaxSourceFds = 253;  // SCM_MAX_FD
+
+Status send_go(int sock, const MountSources& sources) {
+  std::vector<int> fds;
+  for (const auto& s : sources.by_mount) {
+    if (s.fd) fds.push_back(s.fd.get());
+  }
+  if (fds.size() > kMaxSourceFds) return make_error("mounts: more than 253 host sources", E2BIG);
+  char go = 'G';
+  struct iovec iov {&go, 1};
+  std::vector<char> control(CMSG_SPACE(kMaxSourceFds * sizeof(int)), 0);
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (!fds.empty()) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+    struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), fds.data(), fds.size() * sizeof(int));
+  }
+  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) return errno_error("start the Comet's setup");
+  return {};
+}
+
+Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
+  char go = 0;
+  struct iovec iov {&go, 1};
+  std::vector<char> control(CMSG_SPACE(kMaxSourceFds * sizeof(int)), 0);
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1 || go != 'G') return make_error("no go from the supervisor");
+  std::vector<int> fds;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const size_t at = fds.size();
+    fds.resize(at + count);
+    std::memcpy(fds.data() + at, CMSG_DATA(c), count * sizeof(int));
+  }
+  MountSources sources;
+  sources.by_mount.resize(policy.mounts.size());
+  size_t next = 0;
+  for (size_t i = 0; i < policy.mounts.size(); ++i) {
+    if (!needs_source(policy.mounts[i])) continue;
+    if (next >= fds.size()) return make_error("mount sources missing");
+    sources.by_mount[i].fd.reset(fds[next++]);
+    struct stat st {};
+    if (::fstat(sources.by_mount[i].fd.get(), &st) != 0) return errno_error("stat a mount source");
+    sources.by_mount[i].is_dir = S_ISDIR(st.st_mode);
+  }
+  if (next != fds.size() || (msg.msg_flags & MSG_CTRUNC) != 0) return make_error("unexpected mount sources");
+  return sources;
+}
+
 // The child, from clone to execve. Runs in a copy of the (single-threaded) supervisor's
 // memory; every failure is reported on `sock` and ends the child.
 [[noreturn]] void child_main(const policy::Policy& policy, const SeccompProgram& program,
@@ -103,17 +169,19 @@ std::vector<LandlockRule> landlock_rules(const policy::Policy& p) {
   // creates a task group, which costs a few milliseconds we can overlap.
   const bool new_session = ::setsid() >= 0;
   const int setsid_errno = errno;
-  char go = 0;
-  if (::read(sock, &go, 1) != 1) ::_exit(125);
+  auto sources = receive_go(sock, policy);
+  if (!sources) ::_exit(125);
   steps[kStepCloned] = now_ns();
 
   if (::dup2(stdout_w, STDOUT_FILENO) < 0 || ::dup2(stderr_w, STDERR_FILENO) < 0) {
     fail(sock, "stdio", errno_error("dup2 output pipes"));
   }
 
-  auto sources = open_mount_sources(policy);
-  if (!sources) fail(sock, "mounts", sources.error());
+  // The parent moved us into the run's cgroup after clone3 made our cgroup namespace: a
+  // fresh one rooted here, so /proc/self/cgroup shows "/" (nothing of the host's tree).
+  if (::unshare(CLONE_NEWCGROUP) != 0) fail(sock, "cgroup namespace", errno_error("unshare(CLONE_NEWCGROUP)"));
   if (auto s = become_sandbox_ids(policy); !s) fail(sock, "user namespace", s.error());
+  if (auto s = bound_user_quotas(); !s) fail(sock, "user namespace", s.error());
   auto root = build_sandbox_root(policy, std::move(sources.value()));
   if (!root) fail(sock, "mounts", root.error());
   steps[kStepMounts] = now_ns();
@@ -282,6 +350,11 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   auto cgroup = RunCgroup::create(cgroups, "soyaos-" + policy.identity.run_id, policy.limits);
   if (!cgroup) return cgroup.error();
 
+  // As root the Comet's ids are its own (credentials.h): this thread takes them as its
+  // effective ids for clone3, so the new user namespace is owned by them, not by root.
+  const uid_t host_uid = run_host_uid();
+  const gid_t host_gid = run_host_gid();
+  const bool as_root = use_run_ids();
   const uint64_t launch_ns = now_ns();
   int pidfd = -1;
   struct clone_args args {};
@@ -291,9 +364,19 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   args.exit_signal = SIGCHLD;
   // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper. The
   // supervisor is single-threaded here, so the child's copy of memory is consistent.
+  // Changing the effective uid makes the whole process non-dumpable; give that back after.
+  const int dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+  if (as_root) {
+    if (auto s = enter_run_ids(host_uid, host_gid); !s) return make_error("user namespace: " + s.error().message, s.error().err);
+  }
   long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  const int clone_errno = errno;
+  if (pid != 0 && as_root) {  // the parent only: the child keeps the run's ids
+    leave_run_ids();
+    if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+  }
   if (pid < 0) {
-    int err = errno;
+    int err = clone_errno;
     const char* why = err == ENOSPC ? " (user namespace limit reached: /proc/sys/user/max_user_namespaces)"
                       : err == EPERM ? " (unprivileged user namespaces are disabled on this host)"
                                      : "";
@@ -323,15 +406,20 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
     kill_child();
     return s.error();
   }
-  if (auto s = write_id_maps(comet.pid, policy); !s) {
+  if (auto s = write_id_maps(comet.pid, policy, host_uid, host_gid); !s) {
     kill_child();
     return make_error("user namespace: " + s.error().message, s.error().err);
   }
-  char go = 'G';
-  if (::write(parent_sock.get(), &go, 1) != 1) {
+  auto sources = open_mount_sources(policy, "/proc/" + std::to_string(comet.pid) + "/root");
+  if (!sources) {
     kill_child();
-    return errno_error("start the Comet's setup");
+    return make_error("mounts: " + sources.error().message, sources.error().err);
   }
+  if (auto s = send_go(parent_sock.get(), *sources); !s) {
+    kill_child();
+    return s.error();
+  }
+  sources->by_mount.clear();  // the child has its own copies
   if (auto s = receive_ready(parent_sock.get(), comet); !s) {
     kill_child();
     return s.error();

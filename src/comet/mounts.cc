@@ -156,8 +156,8 @@ Status bind_quota_dir(const std::string& quota_root, size_t index, const std::st
   return {};
 }
 
-Result<OpenedSource> open_source(const std::string& host_path) {
-  UniqueFd fd(::open(host_path.c_str(), O_PATH | O_CLOEXEC));
+Result<OpenedSource> open_source(const std::string& host_path, const std::string& prefix = {}) {
+  UniqueFd fd(::open((prefix + host_path).c_str(), O_PATH | O_CLOEXEC));
   if (!fd) return errno_error("open " + host_path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errno_error("stat " + host_path);
@@ -256,19 +256,22 @@ Status build_dev(const std::string& dst) {
 
 }  // namespace
 
-Result<MountSources> open_mount_sources(const policy::Policy& policy) {
+bool needs_source(const MountSpec& m) {
+  return m.kind == MountSpec::Kind::bind_ro || m.kind == MountSpec::Kind::bind_rw || m.kind == MountSpec::Kind::pack_root;
+}
+
+Result<MountSources> open_mount_sources(const policy::Policy& policy, const std::string& root_prefix) {
   MountSources out;
   out.by_mount.resize(policy.mounts.size());
   for (size_t i = 0; i < policy.mounts.size(); ++i) {
     const auto& m = policy.mounts[i];
-    if (m.kind == MountSpec::Kind::bind_ro || m.kind == MountSpec::Kind::bind_rw ||
-        m.kind == MountSpec::Kind::pack_root) {
-      auto src = open_source(m.source);
+    if (needs_source(m)) {
+      auto src = open_source(m.source, root_prefix);
       if (!src) return src.error();
       out.by_mount[i] = std::move(src.value());
       if (m.mask_source && !out.by_mount[i].is_dir) {
         // A masked file is copied, not bound: open it for reading now, as the invoking user.
-        out.by_mount[i].fd.reset(::open(m.source.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+        out.by_mount[i].fd.reset(::open((root_prefix + m.source).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
         if (!out.by_mount[i].fd) return errno_error("open " + m.source);
       }
     }

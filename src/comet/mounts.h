@@ -26,11 +26,16 @@ struct MountSources {
   std::vector<OpenedSource> by_mount;  // aligned with Policy::mounts (bind kinds, pack_root)
 };
 
-// Opens every host source of the Policy's mounts. Called in the child before it takes the
-// sandbox's ids: as root those are host nobody, who may not traverse the operator's
-// directories (a pack under /root). Opening first also keeps sources under /tmp reachable
-// (the stage tmpfs later hides /tmp).
-Result<MountSources> open_mount_sources(const policy::Policy& policy);
+// Whether a mount is made from a host object (its entry in MountSources is set).
+bool needs_source(const policy::MountSpec& m);
+
+// Opens every host source of the Policy's mounts, as the invoking user. Called by the
+// parent (root or the operator) through `root_prefix` = /proc/CHILD/root, so that the fds
+// name mounts of the child's new mount namespace (a bind needs its source there) while the
+// child holds ids that may not traverse the operator's directories (as root: the run's own
+// uid, and a pack under /root). Opening before the stage tmpfs is mounted also keeps
+// sources under /tmp reachable.
+Result<MountSources> open_mount_sources(const policy::Policy& policy, const std::string& root_prefix);
 
 // Applies every MountSpec in order under a fresh tmpfs, makes everything but the
 // writable tmpfs mounts read-only, pivot_roots into it and detaches the host's tree.

@@ -8,6 +8,9 @@
 // A case that fails here is a gap in the Comet: the assertion states the SAFE outcome and
 // must not be loosened to make it pass.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -298,6 +303,100 @@ TEST_F(LimitsEscapeTest, RunStartedNamesTheMechanismOfEveryLimit) {
     EXPECT_EQ(rlimit, std::find(only.begin(), only.end(), limit) != only.end()) << limit << " " << m.dump();
   }
   EXPECT_EQ(m.value("write_quota", ""), "tmpfs");
+}
+
+// ---- per-run identity and the kernel's per-user quotas -----------------------------------
+
+// The host uids of every grandchild of this process that runs python3 (soyaos's agents) and the owner uids of
+// their user namespaces, sampled until `stop`.
+struct IdSample {
+  std::set<long> uids;
+  std::set<long> ns_owners;
+};
+IdSample sample_agent_ids(const std::atomic<bool>& stop) {
+  IdSample out;
+  const std::string me = std::to_string(::getpid());
+  auto ppid_of = [](const fs::path& proc) {
+    std::string stat = read_file(proc / "stat");
+    auto rp = stat.rfind(')');
+    if (rp == std::string::npos) return std::string();
+    std::istringstream rest(stat.substr(rp + 2));
+    std::string state, ppid;
+    rest >> state >> ppid;
+    return ppid;
+  };
+  while (!stop.load()) {
+    std::set<std::string> children;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      if (ppid_of(e.path()) == me) children.insert(e.path().filename().string());
+    }
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      if (children.count(ppid_of(e.path())) == 0) continue;
+      // The agent itself (its setup, before exec, still holds the launcher's real uid).
+      if (read_file(e.path() / "comm") != "python3\n") continue;
+      std::istringstream status(read_file(e.path() / "status"));
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("Uid:", 0) == 0) out.uids.insert(std::stol(line.substr(4)));
+      }
+      int ns = ::open((e.path() / "ns/user").c_str(), O_RDONLY | O_CLOEXEC);
+      if (ns >= 0) {
+        uid_t owner = 0;
+        if (::ioctl(ns, NS_GET_OWNER_UID, &owner) == 0) out.ns_owners.insert(owner);
+        ::close(ns);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return out;
+}
+
+constexpr long kRunIdBase = 1879048192;  // src/comet/credentials.h
+constexpr long kRunIdSpan = 1L << 22;
+
+TEST_F(LimitsEscapeTest, EachCometHasItsOwnHostIdentityAndUserQuotas) {
+  set_manifest("/workdir/out", "{timeout: 60s}");
+  std::atomic<bool> stop{false};
+  IdSample ids;
+  std::thread sampler([&] { ids = sample_agent_ids(stop); });
+  // Two Comets at once, from two copies of the pack (each run has its own out directory).
+  TempDir second;
+  fs::copy(pack_, second.path() / "pack", fs::copy_options::recursive);
+  LimitRun other;
+  std::thread concurrent([&] {
+    auto r = run_soyaos({"run", (second.path() / "pack").string(), "--out", (second.path() / "out").string(),
+                         "--no-cache", "--", "resources", "ids", "2"},
+                        {}, second.path());
+    other.output = r;
+  });
+  auto run = attack({"resources", "ids", "2"});
+  concurrent.join();
+  stop = true;
+  sampler.join();
+
+  // inotify instances are charged up the user-namespace chain to its creator: each Comet's
+  // namespace allows 16 (docs/sandbox.md), so no agent exhausts its creator's 128.
+  EXPECT_CASE(run, "res.inotify_instances", "ok EMFILE after 16");
+  EXPECT_NE(other.output.out.find("CASE res.inotify_instances ok EMFILE after 16"), std::string::npos)
+      << other.output.out << other.output.err;
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_EQ(other.output.exit_code, 0) << other.output.err;
+
+  ASSERT_FALSE(ids.uids.empty()) << "no agent was sampled";
+  if (rootless_mode()) {
+    // Rootless the kernel lets an unprivileged user map only itself.
+    EXPECT_EQ(ids.uids, (std::set<long>{65534}));
+    EXPECT_EQ(ids.ns_owners, (std::set<long>{65534}));
+    return;
+  }
+  // As root: never root, never a shared nobody; one uid per Comet, from the documented
+  // range, and it (not root) owns the Comet's user namespace.
+  EXPECT_EQ(ids.uids.size(), 2u) << "two concurrent Comets must not share a host uid";
+  for (long uid : ids.uids) {
+    EXPECT_GE(uid, kRunIdBase);
+    EXPECT_LT(uid, kRunIdBase + kRunIdSpan);
+  }
+  EXPECT_EQ(ids.ns_owners, ids.uids) << "the user namespace must be owned by the run's uid, not by root";
 }
 
 }  // namespace

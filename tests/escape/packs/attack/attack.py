@@ -761,6 +761,18 @@ def hog(kind, mib, path=None):
     return mib
 
 
+def inotify_exhaust(limit=10000):
+    """inotify_init1 until it fails; the instances stay open (held by _pages)."""
+    n = 0
+    while n < limit:
+        fd = libc.inotify_init1(0o2000000)  # IN_CLOEXEC
+        if fd < 0:
+            return "%s after %d" % (errno.errorcode.get(ctypes.get_errno(), "?"), n)
+        _pages.append(fd)
+        n += 1
+    return "no limit"
+
+
 def group_resources(args):
     what = args[0]
     if what == "threads":
@@ -777,6 +789,10 @@ def group_resources(args):
         case("res.hog", lambda: hog(args[1], int(args[2]), args[3] if len(args) > 3 else None))
         time.sleep(0.2)  # a lazy kill would still come: give it time to land
         report("res.hog_survived", "ok")
+    elif what == "ids":
+        case("res.inotify_instances", inotify_exhaust)
+        report("res.ids_ready", "ok")
+        time.sleep(float(args[1]) if len(args) > 1 else 1.5)  # the host looks at our ids meanwhile
     elif what == "quota_total":
         # Every writable path named on the command line, filled in turn: the sum is the quota.
         total = 0
