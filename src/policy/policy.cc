@@ -140,10 +140,23 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
       // -B: never write .pyc next to the pack (/workdir is read-only); -s: no user site.
       p.argv = {"python3", "-B", "-s", entry};
       break;
-    case Runtime::node:
+    case Runtime::node: {
       p.executable = "/usr/bin/node";
-      p.argv = {"node", entry};
+      p.argv = {"node"};
+      // V8 sizes its heap from the memory it believes the machine has; libuv cannot see the
+      // Comet's cgroup, so that is the host's (a 4 GB heap under a 512Mi limit): the agent
+      // would die of the limit instead of collecting garbage. As Node does under a container
+      // limit it can see: a quarter of resources.memory for the old generation, unless the
+      // manifest chose its own in NODE_OPTIONS.
+      auto opts = m.agent.env.find("NODE_OPTIONS");
+      const bool chosen = opts != m.agent.env.end() && opts->second.find("max-old-space-size") != std::string::npos;
+      if (m.resources.memory_bytes > 0 && !chosen) {
+        const uint64_t mib = std::max<uint64_t>(16, m.resources.memory_bytes / 4 / (uint64_t{1024} * 1024));
+        p.argv.push_back("--max-old-space-size=" + std::to_string(mib));
+      }
+      p.argv.push_back(entry);
       break;
+    }
     case Runtime::native:
       p.executable = entry;
       p.argv = {entry};

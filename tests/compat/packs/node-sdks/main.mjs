@@ -109,7 +109,7 @@ const allowed = {
     const mib = Number(opts['memory-mib']);
     expect(limit <= mib * 1024 * 1024,
       `heap_size_limit ${limit} > ${mib} MiB (os.totalmem ${os.totalmem()}, constrainedMemory ${process.constrainedMemory?.()})`);
-    return `heap_size_limit=${limit}`;
+    return `heap_size_limit=${limit} execArgv=${process.execArgv.join(' ')}`;
   },
   async os_interfaces() {
     const ifaces = Object.keys(os.networkInterfaces());
