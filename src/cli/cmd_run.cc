@@ -117,6 +117,9 @@ void run(const RunArgs& a, CliContext& ctx) {
   for (const auto& s : report.outputs.skipped) {
     std::fprintf(stderr, "soyaos: /workdir/out/%s\n", s.c_str());
   }
+  for (const auto& l : report.limits_exceeded) {
+    std::fprintf(stderr, "soyaos: run %s: %s\n", report.run_id.c_str(), l.c_str());
+  }
   if (report.outcome.ending == supervisor::Ending::timed_out) {
     std::fprintf(stderr, "soyaos: run %s: timed out (resources.timeout)\n", report.run_id.c_str());
   }

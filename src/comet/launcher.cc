@@ -161,7 +161,8 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
 // The child, from clone to execve. Runs in a copy of the (single-threaded) supervisor's
 // memory; every failure is reported on `sock` and ends the child.
 [[noreturn]] void child_main(const policy::Policy& policy, const SeccompProgram& program,
-                             const NetworkPlan& network_plan, int sock, int stdout_w, int stderr_w) {
+                             const NetworkPlan& network_plan, bool pids_cgroup, int sock, int stdout_w,
+                             int stderr_w) {
   // Wait for the parent to write our id maps.
   uint64_t steps[kStepCount] = {};
   // A new session without a controlling terminal: TIOCSTI has nothing to inject into.
@@ -203,7 +204,11 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
   ::close(devnull);
   steps[kStepSession] = now_ns();
 
-  if (auto s = apply_rlimits(policy.limits); !s) fail(sock, "limits", s.error());
+  // With a pids cgroup, RLIMIT_NPROC stays one above it as a backstop: the cgroup is then
+  // what refuses the next thread (and counts it, for limit_exceeded), not the rlimit.
+  policy::Limits rlimits = policy.limits;
+  if (pids_cgroup) rlimits.pids += 1;
+  if (auto s = apply_rlimits(rlimits); !s) fail(sock, "limits", s.error());
   steps[kStepLimits] = now_ns();
   if (auto s = drop_privileges(policy); !s) fail(sock, "credentials", s.error());
   // The credential change cleared any parent-death signal: set it again. (getppid() is 0
@@ -385,7 +390,8 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   }
   if (pid == 0) {
     parent_sock.reset();
-    child_main(policy, program, network, child_sock.get(), out_pipe->second.get(), err_pipe->second.get());
+    child_main(policy, program, network, cgroups.pids.version != CgroupVersion::none, child_sock.get(),
+               out_pipe->second.get(), err_pipe->second.get());
   }
   LaunchedComet comet;
   comet.launch_ns = launch_ns;

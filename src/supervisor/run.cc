@@ -96,8 +96,10 @@ nlohmann::ordered_json limit_mechanisms(const comet::CgroupPlan& plan) {
 // What the run's cgroup counted against its limits: an OOM kill (the run then exits 137,
 // docs/events.md `limit_exceeded`) and refused threads at pids.max.
 void emit_limits_exceeded(const comet::CgroupUsage& u, const comet::CgroupPlan& plan, const policy::Policy& policy,
-                          const RunOutcome& outcome, const EmitFn& emit) {
+                          const RunOutcome& outcome, const EmitFn& emit, std::vector<std::string>& said) {
   if (u.oom_kills > 0) {
+    said.push_back("killed by the kernel: memory limit of " + std::to_string(policy.limits.memory_bytes) +
+                   " bytes exceeded (resources.memory, " + comet::to_string(plan.memory.version) + ")");
     nlohmann::ordered_json d = {{"limit", "memory"},
                                 {"mechanism", comet::to_string(plan.memory.version)},
                                 {"limit_bytes", policy.limits.memory_bytes},
@@ -108,6 +110,8 @@ void emit_limits_exceeded(const comet::CgroupUsage& u, const comet::CgroupPlan& 
     emit("limit_exceeded", std::move(d));
   }
   if (u.pids_refused > 0) {
+    said.push_back(std::to_string(u.pids_refused) + " thread(s) refused at the pids limit of " +
+                   std::to_string(policy.limits.pids) + " (resources.pids)");
     emit("limit_exceeded", {{"limit", "pids"},
                             {"mechanism", comet::to_string(plan.pids.version)},
                             {"limit_pids", policy.limits.pids},
@@ -270,7 +274,7 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
   report.outcome = *outcome;
-  emit_limits_exceeded(launched->cgroup.usage(), *cgroups, *policy, report.outcome, emit);
+  emit_limits_exceeded(launched->cgroup.usage(), *cgroups, *policy, report.outcome, emit, report.limits_exceeded);
   report.out_dir = policy->out_host_dir.string();
   if (policy->out_writable) {
     auto collected = collect_outputs(launched->out_dir, report.out_dir, policy->limits.write_quota_bytes);

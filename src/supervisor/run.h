@@ -59,6 +59,8 @@ struct RunReport {
   std::string run_id;
   std::string error;                  // set when exit_code is 125/126 before the agent ran
   std::vector<Violation> violations;  // in order
+  // Hard limits the kernel enforced (limit_exceeded events), one sentence each for stderr.
+  std::vector<std::string> limits_exceeded;
   RunOutcome outcome;
   CollectReport outputs;
   OutputCapture captured;             // when capture_output

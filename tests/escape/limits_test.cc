@@ -269,6 +269,8 @@ TEST_P(MemoryHogTest, PinningMemoryBeyondTheLimitIsKilledWith137) {
   auto finished = run.of_type("run_finished");
   ASSERT_EQ(finished.size(), 1u);
   EXPECT_EQ(finished[0]["data"]["exit_code"], 137);
+  EXPECT_NE(run.output.err.find("killed by the kernel: memory limit of 67108864 bytes exceeded"), std::string::npos)
+      << run.output.err;
   // The host lost at most the limit (the machine is shared: other work moves these too,
   // so the bound has slack, far below the 512 MiB tried).
   EXPECT_LT(shmem_rise_kib, 160 * 1024) << "host Shmem rose by " << shmem_rise_kib << " KiB";
@@ -303,6 +305,29 @@ TEST_F(LimitsEscapeTest, RunStartedNamesTheMechanismOfEveryLimit) {
     EXPECT_EQ(rlimit, std::find(only.begin(), only.end(), limit) != only.end()) << limit << " " << m.dump();
   }
   EXPECT_EQ(m.value("write_quota", ""), "tmpfs");
+}
+
+// ---- pids (C9): threads count ----------------------------------------------------------
+
+TEST_F(LimitsEscapeTest, ThreadsStopAtPidsAndTheCgroupReportsIt) {
+  set_manifest("/workdir/out", "{pids: 16, timeout: 60s}");
+  auto run = attack({"resources", "threads"});
+  EXPECT_CASE(run, "res.thread_bomb", "error=RuntimeError");
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  auto started = run.of_type("run_started");
+  ASSERT_EQ(started.size(), 1u);
+  const std::string mechanism = started[0]["data"]["limit_mechanisms"].value("pids", "");
+  auto exceeded = run.of_type("limit_exceeded");
+  if (mechanism == "rlimit") {
+    EXPECT_TRUE(exceeded.empty()) << run.context();  // RLIMIT_NPROC refuses; nothing counts it
+    return;
+  }
+  ASSERT_EQ(exceeded.size(), 1u) << run.context();
+  EXPECT_EQ(exceeded[0]["data"]["limit"], "pids");
+  EXPECT_EQ(exceeded[0]["data"]["mechanism"], mechanism);
+  EXPECT_EQ(exceeded[0]["data"]["limit_pids"], 16);
+  EXPECT_EQ(exceeded[0]["data"]["action"], "refused");
+  EXPECT_GE(exceeded[0]["data"]["refused"].get<int>(), 1);
 }
 
 // ---- per-run identity and the kernel's per-user quotas -----------------------------------
