@@ -1,11 +1,14 @@
 #include "comet/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <ctime>
 #include <sstream>
 #include <thread>
 
@@ -87,6 +90,26 @@ std::optional<std::string> dir_of(const CgroupMount& m, const std::string& path)
   if (path == m.root) return m.mount_point;
   if (path.rfind(m.root + "/", 0) == 0) return m.mount_point + path.substr(m.root.size());
   return std::nullopt;  // our cgroup is outside what this mount shows
+}
+
+// Run cgroups left behind by a soyaos that was killed (SIGKILL skips ~RunCgroup): empty
+// (no task) and older than a minute. Each leaked memory cgroup holds a memcg id, of which
+// the kernel has 65535, so they must not accumulate. A live run's cgroup is never empty
+// for long: it is created microseconds before its child is placed in it, and removed
+// once the agent is gone.
+void sweep_stale(const std::string& parent) {
+  DIR* d = ::opendir(parent.c_str());
+  if (d == nullptr) return;
+  const time_t now = ::time(nullptr);
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "soyaos-", 7) != 0) continue;
+    const std::string dir = parent + "/" + e->d_name;
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || now - st.st_mtime < 60) continue;
+    auto procs = read_small(dir + "/cgroup.procs");
+    if (procs && procs->empty()) (void)::rmdir(dir.c_str());
+  }
+  ::closedir(d);
 }
 
 }  // namespace
@@ -231,6 +254,7 @@ Result<RunCgroup> RunCgroup::create(const CgroupPlan& plan, const std::string& n
         if (auto s = write_value(c.parent, "cgroup.subtree_control", "+" + ctl); !s) return s.error();
       }
     }
+    sweep_stale(c.parent);
     if (::mkdir(dir.c_str(), 0755) != 0) {
       return errno_error(std::string(to_string(c.version)) + " " + what + ": mkdir " + dir);
     }

@@ -8,9 +8,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -124,6 +126,30 @@ TEST_F(HostCgroupTest, LimitsAreWrittenAndTheDirectoriesRemoved) {
     }
   }
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d << " was left behind";
+}
+
+TEST_F(HostCgroupTest, EmptyRunCgroupsLeftByAKilledSoyaosAreSweptAfterAMinute) {
+  // What a soyaos killed with SIGKILL leaves: an empty soyaos-* cgroup. One made a minute
+  // ago (mtime set back) is swept by the next run; a fresh one (a run being set up) is not.
+  const std::string stale = plan_.pids.parent + "/soyaos-unit-stale-" + std::to_string(::getpid());
+  const std::string fresh = plan_.pids.parent + "/soyaos-unit-fresh-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(stale.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(fresh.c_str(), 0755), 0);
+  struct timespec old_times[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  if (::utimensat(AT_FDCWD, stale.c_str(), old_times, 0) != 0) {
+    ::rmdir(stale.c_str());
+    ::rmdir(fresh.c_str());
+    GTEST_SKIP() << "cgroupfs does not take utimensat here";
+  }
+  {
+    auto cg = RunCgroup::create(plan_, "soyaos-unit-sweep-" + std::to_string(::getpid()),
+                                policy::Limits{64 << 20, 16, 0, 0, 0});
+    ASSERT_TRUE(cg) << cg.error().describe();
+  }
+  EXPECT_FALSE(is_dir(stale)) << "a stale run cgroup was kept";
+  EXPECT_TRUE(is_dir(fresh)) << "a fresh run cgroup was removed";
+  ::rmdir(stale.c_str());
+  ::rmdir(fresh.c_str());
 }
 
 TEST_F(HostCgroupTest, SharedMemoryOfAPlacedProcessIsBoundedAndTheOomKillCounted) {
