@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -170,9 +171,13 @@ Result<OpenedSource> open_source(const std::string& host_path, const std::string
 // staging path, put a small tmpfs (holding `skel` mount-point directories) above it,
 // mount a lower-only (read-only) overlay of the two at dst, then detach the staging
 // mounts, which the overlay keeps alive. A `skel` name ending in '/' is a directory,
-// any other an empty file (a mount point for a file).
+// any other an empty file (a mount point for a file). Each `hide` path gets a whiteout in
+// the top layer (a 0/0 character device, which an unprivileged user namespace may create
+// since Linux 5.8), so overlayfs hides that name of the source: it is absent from
+// listings and opening it fails with ENOENT, as for a name that never existed. One
+// whiteout per excluded path, however large the excluded tree (node_modules/.cache ...).
 Status mount_masked_dir(int src_fd, const std::string& dst, const std::vector<std::string>& skel, uid_t uid,
-                        gid_t gid) {
+                        gid_t gid, const std::vector<std::string>& hide = {}) {
   static int layer = 0;
   const std::string base = std::string(kStage) + "/.layers/" + std::to_string(layer++);
   const std::string top = base + "/top", src = base + "/src";
@@ -180,6 +185,14 @@ Status mount_masked_dir(int src_fd, const std::string& dst, const std::vector<st
   for (const auto& d : skel) {
     Status s = d.back() == '/' ? make_dirs(top + "/" + d.substr(0, d.size() - 1)) : make_file(top + "/" + d, 0444);
     if (!s) return s;
+  }
+  for (const auto& rel : hide) {
+    const std::string path = top + "/" + rel;
+    if (auto s = make_dirs(path.substr(0, path.rfind('/'))); !s) return s;
+    // SAFETY: mknod of the overlayfs whiteout (char 0:0); no device is made.
+    if (::mknod(path.c_str(), S_IFCHR | 0000, makedev(0, 0)) != 0) {
+      return errno_error("hide excluded pack path " + rel + " (overlayfs whiteout)");
+    }
   }
   if (auto s = bind_fd(src_fd, src, /*is_dir=*/true); !s) return s;
   if (auto s = make_dirs(dst); !s) return s;
@@ -231,8 +244,9 @@ Status mount_masked_file(int src_fd, const std::string& dst, uid_t uid, gid_t gi
 // /workdir: the pack, read-only, through a masked overlay with the mount points inputs
 // (a file or a directory, as --input is) and out/ above it (they shadow any entries of
 // those names in the pack).
-Status build_pack_root(int pack_fd, const std::string& dst, bool inputs_is_file, uid_t uid, gid_t gid) {
-  return mount_masked_dir(pack_fd, dst, {inputs_is_file ? "inputs" : "inputs/", "out/"}, uid, gid);
+Status build_pack_root(int pack_fd, const std::string& dst, bool inputs_is_file, uid_t uid, gid_t gid,
+                       const std::vector<std::string>& hide) {
+  return mount_masked_dir(pack_fd, dst, {inputs_is_file ? "inputs" : "inputs/", "out/"}, uid, gid, hide);
 }
 
 Status build_dev(const std::string& dst) {
@@ -337,7 +351,7 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
         s = write_file(dst, m.content);
         break;
       case MountSpec::Kind::pack_root:
-        s = build_pack_root(sources[i].fd.get(), dst, inputs_is_file, policy.sandbox_uid, policy.sandbox_gid);
+        s = build_pack_root(sources[i].fd.get(), dst, inputs_is_file, policy.sandbox_uid, policy.sandbox_gid, m.hide);
         break;
       case MountSpec::Kind::dev:
         s = build_dev(dst);

@@ -6,9 +6,6 @@
 // implementation; the API level is pinned for this file only.
 #define OPENSSL_API_COMPAT 10101
 #include <openssl/sha.h>
-#include <sys/stat.h>
-
-#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <vector>
@@ -60,39 +57,33 @@ std::string sha256_hex(std::string_view data) {
 }
 
 Result<std::string> tree_digest(const std::filesystem::path& root) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<fs::path> entries;
-  for (fs::recursive_directory_iterator it(root, fs::directory_options::none, ec), end; it != end;
-       it.increment(ec)) {
-    if (ec) break;
-    entries.push_back(it->path());
-  }
-  if (ec) return make_error("walk " + root.string(), ec.value());
-  std::vector<std::string> rels;
-  for (const auto& e : entries) rels.push_back(fs::relative(e, root).generic_string());
-  std::sort(rels.begin(), rels.end());
-  Sha256 tree;
-  for (const auto& rel : rels) {
-    auto p = root / rel;
-    struct stat st {};
-    if (::lstat(p.c_str(), &st) != 0) return make_error("stat " + p.string(), errno);
-    std::string line = rel + '\0';
-    if (S_ISLNK(st.st_mode)) {
-      line += "symlink" + std::string(1, '\0') + fs::read_symlink(p, ec).string();
-    } else if (S_ISDIR(st.st_mode)) {
-      line += "dir";
-    } else if (S_ISREG(st.st_mode)) {
-      auto d = file_digest(p);
-      if (!d) return d.error();
-      line += std::string((st.st_mode & 0111) != 0 ? "exec" : "file") + '\0' + *d;
-    } else {
-      return make_error("pack contains a special file: " + rel);
+  auto tree = scan_pack(root);
+  if (!tree) return tree.error();
+  return tree_digest(root, *tree);
+}
+
+Result<std::string> tree_digest(const std::filesystem::path& root, const PackTree& tree) {
+  Sha256 digest;
+  for (const auto& e : tree.entries) {
+    std::string line = e.rel + '\0';
+    switch (e.type) {
+      case PackEntry::Type::symlink:
+        line += "symlink" + std::string(1, '\0') + e.target;
+        break;
+      case PackEntry::Type::dir:
+        line += "dir";
+        break;
+      case PackEntry::Type::file: {
+        auto d = file_digest(root / e.rel);
+        if (!d) return d.error();
+        line += std::string(e.exec ? "exec" : "file") + '\0' + *d;
+        break;
+      }
     }
-    tree.update(line);
-    tree.update(std::string_view("\n", 1));
+    digest.update(line);
+    digest.update(std::string_view("\n", 1));
   }
-  return "sha256:" + tree.hex();
+  return "sha256:" + digest.hex();
 }
 
 }  // namespace soyaos

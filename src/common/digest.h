@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/pack_tree.h"
 #include "common/result.h"
 
 namespace soyaos {
@@ -33,10 +34,12 @@ class Sha256 {
   std::unique_ptr<Context> ctx_;
 };
 
-// "sha256:HEX" over a canonical listing of the tree: entries sorted by path, each
-// contributing its relative path, type (file, dir, symlink), executable bit and content
-// digest (or link target). Times and owners are excluded, so the same content always gives
-// the same digest. Special files are refused.
+// "sha256:HEX" over a canonical listing of the pack tree as scan_pack() sees it (excluded
+// paths left out, symlinks checked): entries sorted by path, each contributing its
+// relative path, type (file, dir, symlink), executable bit and content digest (or link
+// target). Times and owners are excluded, so the same content always gives the same digest.
 Result<std::string> tree_digest(const std::filesystem::path& root);
+// The same over an already scanned tree (the run also needs its exclusions).
+Result<std::string> tree_digest(const std::filesystem::path& root, const PackTree& tree);
 
 }  // namespace soyaos

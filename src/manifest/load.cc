@@ -14,6 +14,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "common/pack_tree.h"
 #include "common/unique_fd.h"
 #include "manifest/manifest.h"
 
@@ -49,6 +50,10 @@ std::string check_inside(const fs::path& root_canon, const fs::path& pack_dir, c
     return "cannot be resolved: " + ec.message();
   }
   if (!inside(root_canon, canon)) return "resolves outside the pack (through a symlink)";
+  // What .soyaignore (or the default rules) excludes is not part of the pack (SPEC T6).
+  auto excluded = pack_excludes(pack_dir, fs::path(relative).lexically_normal().generic_string());
+  if (!excluded) return "cannot be checked against " + std::string(kIgnoreFile) + ": " + excluded.error().describe();
+  if (*excluded) return std::string("is excluded from the pack by ") + kIgnoreFile + " or the default rules (.git, .env*)";
   const fs::file_status st = fs::status(canon, ec);
   if (ec) return "cannot be examined: " + ec.message();
   is_dir = fs::is_directory(st);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/pack_tree.h"
 #include "common/unique_fd.h"
 
 namespace soyaos::moon {
@@ -57,16 +58,10 @@ void put_octal(char* field, size_t width, uint64_t value) {
   field[width - 1] = '\0';
 }
 
-struct Entry {
-  std::string rel;  // relative path, no trailing '/'
-  bool dir = false;
-  bool exec = false;
-  uint64_t size = 0;
-};
-
-Result<std::array<char, kBlock>> make_header(const Entry& e) {
+Result<std::array<char, kBlock>> make_header(const PackEntry& e) {
   std::array<char, kBlock> h{};
-  std::string path = e.rel + (e.dir ? "/" : "");
+  const bool dir = e.type == PackEntry::Type::dir, link = e.type == PackEntry::Type::symlink;
+  std::string path = e.rel + (dir ? "/" : "");
   std::string name = path, prefix;
   if (name.size() > 100) {
     // Split at a '/' so that prefix <= 155 and name <= 100 (and non-empty).
@@ -82,13 +77,18 @@ Result<std::array<char, kBlock>> make_header(const Entry& e) {
     name = path.substr(cut + 1);
   }
   std::memcpy(h.data(), name.data(), name.size());
-  put_octal(h.data() + 100, 8, e.dir || e.exec ? 0755 : 0644);
+  put_octal(h.data() + 100, 8, link ? 0777 : dir || e.exec ? 0755 : 0644);
   put_octal(h.data() + 108, 8, 0);
   put_octal(h.data() + 116, 8, 0);
   if (e.size > 077777777777ULL) return make_error("file too large for the pack archive (8 GiB): " + e.rel);
-  put_octal(h.data() + 124, 12, e.dir ? 0 : e.size);
+  put_octal(h.data() + 124, 12, e.type == PackEntry::Type::file ? e.size : 0);
   put_octal(h.data() + 136, 12, 0);
-  h[156] = e.dir ? '5' : '0';
+  h[156] = dir ? '5' : link ? '2' : '0';
+  if (link) {
+    // ustar keeps a link's target in the 100-byte linkname field (no pax extensions).
+    if (e.target.size() > 100) return make_error("symlink target longer than 100 bytes, too long for the pack archive: " + e.rel);
+    std::memcpy(h.data() + 157, e.target.data(), e.target.size());
+  }
   std::memcpy(h.data() + 257, "ustar", 6);  // with its NUL
   std::memcpy(h.data() + 263, "00", 2);
   put_octal(h.data() + 329, 8, 0);
@@ -100,31 +100,6 @@ Result<std::array<char, kBlock>> make_header(const Entry& e) {
   put_octal(h.data() + 148, 7, sum);  // 6 digits, NUL, then the space already there
   h[155] = ' ';
   return h;
-}
-
-// Walks `root` (no symlink following), refusing symlinks and special files.
-Status walk(const fs::path& root, const std::string& rel, std::vector<Entry>& out) {
-  std::error_code ec;
-  const fs::path dir = rel.empty() ? root : root / rel;
-  for (fs::directory_iterator it(dir, ec), end; it != end; it.increment(ec)) {
-    if (ec) break;
-    const std::string name = it->path().filename().string();
-    const std::string child = rel.empty() ? name : rel + "/" + name;
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) != 0) return errno_error("stat " + it->path().string());
-    if (S_ISLNK(st.st_mode))
-      return make_error("pack contains a symlink: " + child + " (the registry stores files only; copy the target)");
-    if (S_ISDIR(st.st_mode)) {
-      out.push_back({child, true, false, 0});
-      if (auto s = walk(root, child, out); !s) return s;
-    } else if (S_ISREG(st.st_mode)) {
-      out.push_back({child, false, (st.st_mode & 0111) != 0, static_cast<uint64_t>(st.st_size)});
-    } else {
-      return make_error("pack contains a special file: " + child);
-    }
-  }
-  if (ec) return make_error("read directory " + dir.string(), ec.value());
-  return {};
 }
 
 // A sink that writes and hashes.
@@ -215,10 +190,10 @@ std::string Sha256::hex() {
 }
 
 Result<ArchiveInfo> write_archive(const fs::path& root, int fd) {
-  std::vector<Entry> entries;
-  if (auto s = walk(root, "", entries); !s) return s.error();
-  // tree_digest() order: plain byte order of the relative paths.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.rel < b.rel; });
+  auto scanned = scan_pack(root);
+  if (!scanned) return scanned.error();
+  // Sorted as tree_digest() sorts: plain byte order of the relative paths.
+  const std::vector<PackEntry>& entries = scanned->entries;
   Out out(fd);
   Sha256 tree;
   std::vector<char> buf(kBuf);
@@ -226,8 +201,11 @@ Result<ArchiveInfo> write_archive(const fs::path& root, int fd) {
     auto h = make_header(e);
     if (!h) return h.error();
     std::string line = e.rel + '\0';
-    if (e.dir) {
+    if (e.type == PackEntry::Type::dir) {
       line += "dir";
+      if (auto s = out.put(h->data(), kBlock); !s) return s.error();
+    } else if (e.type == PackEntry::Type::symlink) {
+      line += "symlink" + std::string(1, '\0') + e.target;
       if (auto s = out.put(h->data(), kBlock); !s) return s.error();
     } else {
       const fs::path p = root / e.rel;
@@ -286,6 +264,8 @@ Result<std::string> extract_archive(int fd, const fs::path& dest) {
     if (*got != n) return make_error("archive is truncated");
     return {};
   };
+  // What was extracted, to check the symlinks against once every entry is known.
+  std::vector<PackEntry> entries;
   bool ended = false;
   while (!ended) {
     std::array<char, kBlock> h{};
@@ -312,18 +292,29 @@ Result<std::string> extract_archive(int fd, const fs::path& dest) {
       auto d = open_dir(root.get(), path, true);
       if (!d) return d.error();
       if (::fchmod(d->get(), 0755) != 0) return errno_error("chmod " + path);
+      entries.push_back({path, PackEntry::Type::dir, false, 0, {}});
       continue;
     }
-    if (type != '0' && type != '\0')
+    if (type != '0' && type != '\0' && type != '2')
       return make_error("archive: refused entry '" + path + "' of type '" + std::string(1, type) +
-                        "' (only files and directories)");
+                        "' (only files, directories and symlinks)");
     if (!valid_rel(path)) return make_error("archive: refused entry path '" + path + "'");
     auto mode = parse_octal(h.data() + 100, 8, "mode");
     if (!mode) return mode.error();
     const auto slash = path.rfind('/');
+    // Parents are opened with O_NOFOLLOW: no entry can land below a symlink.
     auto parent = open_dir(root.get(), slash == std::string::npos ? std::string_view() : std::string_view(path).substr(0, slash), true);
     if (!parent) return parent.error();
     const std::string leaf = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (type == '2') {
+      // Where it points is checked once the whole tree is known (check_symlinks below).
+      const std::string target = field(h.data() + 157, 100);
+      if (*size != 0 || target.empty()) return make_error("archive: malformed symlink entry '" + path + "'");
+      if (::symlinkat(target.c_str(), parent->get(), leaf.c_str()) != 0) return errno_error("symlink " + path);
+      entries.push_back({path, PackEntry::Type::symlink, false, 0, target});
+      continue;
+    }
+    entries.push_back({path, PackEntry::Type::file, (*mode & 0111) != 0, *size, {}});
     const mode_t m = (*mode & 0111) != 0 ? 0755 : 0644;
     UniqueFd out(::openat(parent->get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, m));
     if (!out) return errno_error("create " + path);
@@ -339,6 +330,7 @@ Result<std::string> extract_archive(int fd, const fs::path& dest) {
       if (auto s = read_hashed(buf.data(), pad); !s) return s.error();
     }
   }
+  if (auto s = check_symlinks(entries); !s) return make_error("archive: " + s.error().message);
   // The rest (the second end block) is covered by the digest too.
   while (true) {
     auto n = read_full(fd, buf.data(), buf.size());

@@ -5,13 +5,17 @@
 //   - regular files 0644, or 0755 when any execute bit is set; directories 0755;
 //   - mtime 0, uid/gid 0, uname/gname empty, no pax or GNU extensions; paths longer than
 //     100 bytes use the ustar prefix field (a path that does not fit is refused);
-//   - symlinks are REFUSED (a pack must carry its files; a stored link would be a
-//     traversal risk at extraction), as are sockets, fifos and devices;
+//   - the tree is what common/pack_tree.h scan_pack() sees: `.soyaignore` and the default
+//     exclusions applied; relative symlinks that stay inside the pack are entries of type
+//     '2' (mode 0777, target in the 100-byte linkname field; a longer target is refused);
+//     any other symlink, sockets, fifos and devices are refused;
 //   - ends with two zero blocks, nothing else.
 //
-// The extractor accepts only what the writer produces: regular files and directories
-// with relative, normalised paths (no absolute path, no "." or ".." component), created
-// with openat(O_NOFOLLOW | O_EXCL) below a fresh directory, so no entry can land outside it.
+// The extractor accepts only what the writer produces: regular files, directories and
+// symlinks with relative, normalised paths (no absolute path, no "." or ".." component),
+// created with openat(O_NOFOLLOW | O_EXCL) / symlinkat below a fresh directory, parents
+// opened with O_NOFOLLOW, so no entry can land outside it or below a link; the links are
+// then checked with the pack rules (check_symlinks), so none points outside the tree.
 #pragma once
 
 #include <cstdint>

@@ -218,6 +218,21 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   auto pack = fs::canonical(m.pack_dir, ec);
   if (ec) return make_error("pack directory " + m.pack_dir.string(), ec.value());
   p.mounts.push_back({MountSpec::Kind::pack_root, pack.string(), kWorkdir, {}, 0});
+  for (const auto& rel : options.pack_excluded) {
+    // /workdir/out is always a tmpfs over the pack's out/; /workdir/inputs is a mount
+    // point directory merged with the pack's inputs/ (a whiteout cannot stand there), so an
+    // excluded inputs/ is hidden entry by entry.
+    if (rel == "out" || rel.starts_with("out/")) continue;
+    if (rel != "inputs") {
+      p.mounts.back().hide.push_back(rel);
+      continue;
+    }
+    for (fs::directory_iterator it(pack / rel, ec), end; !ec && it != end; it.increment(ec)) {
+      p.mounts.back().hide.push_back(rel + "/" + it->path().filename().string());
+    }
+    if (ec && ec != std::errc::not_a_directory) return make_error("read " + (pack / rel).string(), ec.value());
+    ec.clear();
+  }
   p.fs.read.push_back(kWorkdir);
   if (options.input) {
     auto input = fs::canonical(*options.input, ec);

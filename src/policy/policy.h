@@ -39,6 +39,9 @@ struct MountSpec {
   // entry names its source's path in the host filesystem). Set for operator data
   // (--input, --mount); the runtime layer is bound at its own path and needs no masking.
   bool mask_source = false;
+  // pack_root only: paths relative to the pack that are not part of it (.soyaignore and
+  // the default exclusions, SPEC T6), hidden from /workdir by overlay whiteouts.
+  std::vector<std::string> hide;
 };
 
 // Which sandbox paths the agent may read or write. The observer uses these to decide what
@@ -115,6 +118,9 @@ struct RunOptions {
   std::vector<std::string> extra_args;         // after --
   std::string run_id;
   std::string digest;
+  // The pack's excluded paths (common/pack_tree.h PackTree::excluded), from the same scan
+  // as `digest`: the /workdir view shows exactly what the digest covers.
+  std::vector<std::string> pack_excluded;
 };
 
 // Compiles a validated manifest into a Policy; fails (exit 125 at the CLI) when an option

@@ -133,7 +133,14 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
   const auto& m = *loaded.manifest;
-  auto digest = tree_digest(request.pack_dir);
+  // One scan gives the digest and the exclusions: the /workdir view is what the digest
+  // covers (SPEC T6).
+  auto tree = scan_pack(request.pack_dir);
+  if (!tree) {
+    report.error = "pack " + request.pack_dir.string() + ": " + tree.error().describe();
+    return report;
+  }
+  auto digest = tree_digest(request.pack_dir, *tree);
   if (!digest) {
     report.error = "digest of the pack: " + digest.error().describe();
     return report;
@@ -141,6 +148,7 @@ RunReport run_pack(const RunRequest& request) {
   policy::RunOptions options = request.options;
   options.run_id = report.run_id;
   options.digest = *digest;
+  options.pack_excluded = std::move(tree->excluded);
   auto policy = policy::compile_policy(m, options);
   if (!policy) {
     report.error = policy.error().describe();

@@ -37,9 +37,11 @@ Result<std::string> extract_from(const fs::path& archive, const fs::path& dest) 
 }
 
 // A ustar header block for a hand-made (hostile) archive.
-std::string header(const std::string& name, char type, size_t size, const std::string& prefix = "") {
+std::string header(const std::string& name, char type, size_t size, const std::string& prefix = "",
+                   const std::string& linkname = "") {
   std::array<char, 512> h{};
   std::memcpy(h.data(), name.data(), std::min<size_t>(name.size(), 100));
+  std::memcpy(h.data() + 157, linkname.data(), std::min<size_t>(linkname.size(), 100));
   std::snprintf(h.data() + 100, 8, "%07o", 0644);
   std::snprintf(h.data() + 108, 8, "%07o", 0);
   std::snprintf(h.data() + 116, 8, "%07o", 0);
@@ -117,18 +119,101 @@ TEST(MoonArchive, RoundTripKeepsTreeIncludingLongPathsAndModes) {
   EXPECT_EQ(st.st_mode & 07777, 0644U);
 }
 
-TEST(MoonArchive, SymlinksAndSpecialFilesAreRefused) {
+TEST(MoonArchive, LinksOutOfThePackAndSpecialFilesAreRefused) {
   TmpDir t;
   make_pack(t.path() / "p", "demo", "1.0.0");
   fs::create_symlink("/etc/passwd", t.path() / "p" / "link");
   auto a = archive_to(t.path() / "p", t.path() / "a.tar");
   ASSERT_FALSE(a);
-  EXPECT_NE(a.error().message.find("symlink: link"), std::string::npos) << a.error().message;
+  EXPECT_NE(a.error().message.find("symlink that does not stay inside the pack: link -> /etc/passwd"),
+            std::string::npos)
+      << a.error().message;
   fs::remove(t.path() / "p" / "link");
+  fs::create_symlink("../../etc/passwd", t.path() / "p" / "data" / "up");
+  a = archive_to(t.path() / "p", t.path() / "a.tar");
+  ASSERT_FALSE(a);
+  EXPECT_NE(a.error().message.find("data/up -> ../../etc/passwd"), std::string::npos) << a.error().message;
+  fs::remove(t.path() / "p" / "data" / "up");
   ASSERT_EQ(::mkfifo((t.path() / "p" / "fifo").c_str(), 0644), 0);
   a = archive_to(t.path() / "p", t.path() / "a.tar");
   ASSERT_FALSE(a);
   EXPECT_NE(a.error().message.find("special file: fifo"), std::string::npos) << a.error().message;
+}
+
+TEST(MoonArchive, RelativeLinksRoundTripAndIgnoredPathsAreLeftOut) {
+  TmpDir t;
+  const fs::path src = t.path() / "p";
+  make_pack(src, "demo", "1.0.0");
+  write_file(src / "node_modules" / "tool" / "cli.js", "console.log(1)\n");
+  fs::create_directories(src / "node_modules" / ".bin");
+  fs::create_symlink("../tool/cli.js", src / "node_modules" / ".bin" / "tool");
+  write_file(src / "venv" / "bin" / "python3.11", "#!/bin/sh\n");
+  fs::create_symlink("python3.11", src / "venv" / "bin" / "python3");
+  fs::create_directory_symlink("bin", src / "venv" / "scripts");
+  write_file(src / ".env", "SECRET=1\n");
+  write_file(src / ".git" / "HEAD", "ref: refs/heads/main\n");
+  write_file(src / ".soyaignore", "*.log\n");
+  write_file(src / "debug.log", "x\n");
+  auto info = archive_to(src, t.path() / "a.tar");
+  ASSERT_TRUE(info) << info.error().describe();
+  EXPECT_EQ(info->tree_digest, tree_digest(src).value());
+  const std::string tar = read_file(t.path() / "a.tar");
+  for (const char* secret : {".env", ".git/", "debug.log", "SECRET=1"}) {
+    EXPECT_EQ(tar.find(secret), std::string::npos) << secret;
+  }
+  // The link's header: type '2', the target in linkname, no data.
+  const size_t at = tar.find("node_modules/.bin/tool");
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(at % 512, 0U);
+  EXPECT_EQ(tar[at + 156], '2');
+  EXPECT_EQ(std::string(tar.data() + at + 157), "../tool/cli.js");
+  EXPECT_EQ(std::string(tar.data() + at + 124), "00000000000");
+  // Same bytes again.
+  ASSERT_TRUE(archive_to(src, t.path() / "b.tar"));
+  EXPECT_EQ(read_file(t.path() / "b.tar"), tar);
+
+  auto got = extract_from(t.path() / "a.tar", t.path() / "out");
+  ASSERT_TRUE(got) << got.error().describe();
+  EXPECT_EQ(*got, info->digest);
+  EXPECT_EQ(tree_digest(t.path() / "out").value(), info->tree_digest);
+  EXPECT_TRUE(fs::is_symlink(t.path() / "out" / "node_modules" / ".bin" / "tool"));
+  EXPECT_EQ(fs::read_symlink(t.path() / "out" / "node_modules" / ".bin" / "tool"), "../tool/cli.js");
+  EXPECT_EQ(read_file(t.path() / "out" / "node_modules" / ".bin" / "tool"), "console.log(1)\n");
+  EXPECT_EQ(fs::read_symlink(t.path() / "out" / "venv" / "bin" / "python3"), "python3.11");
+  EXPECT_TRUE(fs::is_directory(t.path() / "out" / "venv" / "scripts"));
+  EXPECT_FALSE(fs::exists(t.path() / "out" / ".env"));
+  EXPECT_FALSE(fs::exists(t.path() / "out" / ".git"));
+  EXPECT_FALSE(fs::exists(t.path() / "out" / "debug.log"));
+  EXPECT_TRUE(fs::exists(t.path() / "out" / ".soyaignore"));
+}
+
+TEST(MoonArchive, ExtractorRefusesLinksOutOfTheTree) {
+  TmpDir t;
+  struct Case {
+    const char* what;
+    std::string archive;
+  };
+  const Case cases[] = {
+      {"absolute", with_end(header("link", '2', 0, "", "/etc/passwd"))},
+      {"escaping", with_end(header("link", '2', 0, "", "../evil"))},
+      {"dangling", with_end(header("link", '2', 0, "", "missing"))},
+      {"loop", with_end(header("l1", '2', 0, "", "l2") + header("l2", '2', 0, "", "l1"))},
+      {"link to root then up",
+       with_end(header("root", '2', 0, "", ".") + header("x", '2', 0, "", "root/../evil"))},
+      {"entry below a link", with_end(header("d/", '5', 0) + header("l", '2', 0, "", "d") + header("l/x", '0', 0))},
+      {"link with data", with_end(header("f", '0', 0) + header("link", '2', 512, "", "f") + std::string(512, 'x'))},
+      {"link over a file", with_end(header("f", '0', 0) + header("f", '2', 0, "", "f"))},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    const fs::path a = t.path() / ("a" + std::to_string(i));
+    const fs::path out = t.path() / ("out" + std::to_string(i++));
+    write_file(a, c.archive);
+    auto r = extract_from(a, out);
+    EXPECT_FALSE(r) << c.what;
+    EXPECT_FALSE(fs::exists(t.path() / "evil")) << c.what;
+    EXPECT_FALSE(fs::exists(out / "d" / "x")) << c.what;
+  }
 }
 
 TEST(MoonArchive, ExtractorRefusesHostileEntries) {
@@ -143,7 +228,7 @@ TEST(MoonArchive, ExtractorRefusesHostileEntries) {
       {"absolute", with_end(header("/tmp/evil", '0', 0))},
       {"dot", with_end(header("./x", '0', 0))},
       {"prefix dotdot", with_end(header("evil", '0', 0, ".."))},
-      {"symlink", with_end(header("link", '2', 0))},
+      {"symlink without a target", with_end(header("link", '2', 0))},
       {"hardlink", with_end(header("link", '1', 0))},
       {"device", with_end(header("dev", '3', 0))},
       {"truncated", header("f", '0', 100) + "short"},
