@@ -589,11 +589,6 @@ TEST_F(CompatTest, NodePackWithNpmTreePushesAndRunsFromTheRegistry) {
   fs::path pack = node_pack(true);
   if (pack.empty()) return;
   auto push = run_soyaos({"pack", "push", pack.string()}, {{"SOYAOS_HOME", home_.string()}}, dir_.path());
-  if (push.exit_code == 1 &&
-      push.err.find("pack contains a symlink: node_modules/.bin/anthropic-ai-sdk") != std::string::npos) {
-    GTEST_SKIP() << "waiting for: packing: push refuses every symlink (node_modules/.bin/anthropic-ai-sdk -> "
-                    "../@anthropic-ai/sdk/bin/cli), T6";
-  }
   ASSERT_EQ(push.exit_code, 0) << push.out << push.err;
   auto r = run("compat-node@0.1.0", node_args(), checks);
   if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
