@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/text.h"
 #include "moon/cache.h"
 #include "moon/store.h"
 
@@ -94,7 +95,8 @@ void ls(const LsArgs& a, CliContext& ctx) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%s  %-30s  %10s  last used %s  hits %" PRId64 "%s\n", e.key.substr(0, 12).c_str(),
-                  (e.pack + "@" + e.version).c_str(), human_size(e.size).c_str(), utc_time(e.last_used_us).c_str(),
+                  escape_for_terminal(e.pack + "@" + e.version).c_str(), human_size(e.size).c_str(),
+                  utc_time(e.last_used_us).c_str(),
                   e.hits, e.provable ? "" : "  (not provable)");
     }
   }

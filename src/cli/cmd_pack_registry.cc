@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/text.h"
 #include "moon/backend.h"
 
 namespace soyaos::cli {
@@ -109,7 +110,8 @@ int run_list(const std::string& format) {
       arr.push_back({{"name", p.name}, {"version", p.version}, {"digest", p.digest}, {"tree_digest", p.tree_digest},
                      {"size", p.size}, {"pushed_at", p.pushed_at}, {"flagged", flagged}});
     } else {
-      std::printf("%s@%s  %s%s\n", p.name.c_str(), p.version.c_str(), p.digest.c_str(), flagged ? "  [flagged]" : "");
+      std::printf("%s@%s  %s%s\n", escape_for_terminal(p.name).c_str(), escape_for_terminal(p.version).c_str(),
+                  p.digest.c_str(), flagged ? "  [flagged]" : "");
     }
   }
   if (format == "json") std::printf("%s\n", arr.dump(2).c_str());
@@ -154,8 +156,10 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
     std::printf("%s\n", doc.dump(2).c_str());
     return std::fflush(stdout) == 0 ? 0 : 1;
   }
-  std::printf("name:         %s\n", p->name.c_str());
-  std::printf("version:      %s\n", p->version.c_str());
+  // Names, the manifest and the flags' violations come from a pack author or an agent:
+  // escaped (E7), so that no escape sequence in them reaches the terminal.
+  std::printf("name:         %s\n", escape_for_terminal(p->name).c_str());
+  std::printf("version:      %s\n", escape_for_terminal(p->version).c_str());
   std::printf("digest:       %s\n", p->digest.c_str());
   std::printf("tree digest:  %s\n", p->tree_digest.c_str());
   std::printf("size:         %lld bytes\n", static_cast<long long>(p->size));
@@ -166,20 +170,20 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
     for (const auto& f : *flags) {
       std::string state = f.active ? "active" : f.cleared ? "cleared " + f.cleared_at : "superseded by " + f.superseded_by;
       std::printf("  %s  run %s  [%s]  %s\n", f.flagged_at.c_str(), f.run_id.c_str(), state.c_str(),
-                  violation_summary(f.violation).c_str());
+                  escape_for_terminal(violation_summary(f.violation)).c_str());
     }
   }
   std::printf("manifest:\n");
   std::string line;
   for (char c : p->manifest) {
     if (c == '\n') {
-      std::printf("  %s\n", line.c_str());
+      std::printf("  %s\n", escape_for_terminal(line).c_str());
       line.clear();
     } else {
       line += c;
     }
   }
-  if (!line.empty()) std::printf("  %s\n", line.c_str());
+  if (!line.empty()) std::printf("  %s\n", escape_for_terminal(line).c_str());
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 

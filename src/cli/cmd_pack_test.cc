@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/run_moon.h"
+#include "common/text.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
 #include "policy/operator_network.h"
@@ -140,7 +141,7 @@ void mark_exercised(const manifest::Manifest& m, const manifest::Example& ex, co
 }
 
 std::string violation_text(const supervisor::Violation& v) {
-  return v.surface + (v.access.empty() ? "" : " " + v.access) + " " + v.resource;
+  return v.surface + (v.access.empty() ? "" : " " + v.access) + " " + escape_for_terminal(v.resource);
 }
 
 ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
@@ -194,10 +195,10 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
   const int expected = ex.expect.exit_code.value_or(0);
   std::vector<std::string> reasons;
   if (!report.error.empty()) reasons.push_back(report.error);
-  if (!report.violations.empty() && expected != supervisor::kExitViolation) {
+  if (report.violation_count > 0 && expected != supervisor::kExitViolation) {
     reasons.push_back("capability violation: " + violation_text(report.violations.front()) +
-                      (report.violations.size() > 1
-                           ? " (+" + std::to_string(report.violations.size() - 1) + " more)"
+                      (report.violation_count > 1
+                           ? " (+" + std::to_string(report.violation_count - 1) + " more)"
                            : ""));
   } else if (report.exit_code != expected) {
     std::string why = "exit " + std::to_string(report.exit_code);

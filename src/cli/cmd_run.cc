@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/run_cache.h"
 #include "cli/run_moon.h"
+#include "common/text.h"
 #include "moon/store.h"
 #include "scope/events.h"
 #include "supervisor/run.h"
@@ -26,26 +27,47 @@ struct RunArgs {
   std::vector<std::string> args;
 };
 
+// At most this many distinct lines in the summary; the rest are in the Moon (scope query).
+constexpr size_t kMaxSummaryLines = 50;
+
+// Every agent-chosen string is escaped (E7): an escape sequence in a path must not erase
+// this summary or paint a fake one.
 void print_summary(const supervisor::RunReport& r) {
-  if (r.violations.empty()) return;
-  std::fprintf(stderr, "soyaos: run %s: %zu capability violation%s; exit status %d\n",
-               r.run_id.c_str(), r.violations.size(), r.violations.size() == 1 ? "" : "s",
+  if (r.violation_count == 0) return;
+  // The agent's own output came before: reset any colour or concealment it left set.
+  if (::isatty(STDERR_FILENO) == 1) std::fputs("\x1b[0m", stderr);
+  std::fprintf(stderr, "soyaos: run %s: %llu capability violation%s; exit status %d\n", r.run_id.c_str(),
+               static_cast<unsigned long long>(r.violation_count), r.violation_count == 1 ? "" : "s",
                r.exit_code);
   // One line per distinct (surface, access, resource, errno), with a count.
-  std::map<std::string, int> distinct;
+  std::map<std::string, uint64_t> distinct;
   std::vector<std::string> order;
+  auto key_of = [](const supervisor::Violation& v) {
+    return v.surface + (v.access.empty() ? "" : " " + v.access) + "  " + escape_for_terminal(v.resource) + "  (" +
+           escape_for_terminal(v.syscall) + ": " + v.errno_name + ")";
+  };
   for (const auto& v : r.violations) {
-    std::string key = v.surface + (v.access.empty() ? "" : " " + v.access) + "  " + v.resource +
-                      "  (" + v.syscall + ": " + v.errno_name + ")";
+    std::string key = key_of(v);
     if (distinct[key]++ == 0) order.push_back(key);
   }
+  for (const auto& a : r.violation_aggregates) distinct[key_of(a.first)] += a.count;
+  size_t shown = 0;
   for (const auto& k : order) {
-    int n = distinct[k];
+    if (shown++ == kMaxSummaryLines) break;
+    uint64_t n = distinct[k];
     if (n > 1) {
-      std::fprintf(stderr, "  %s  x%d\n", k.c_str(), n);
+      std::fprintf(stderr, "  %s  x%llu\n", k.c_str(), static_cast<unsigned long long>(n));
     } else {
       std::fprintf(stderr, "  %s\n", k.c_str());
     }
+  }
+  if (order.size() > kMaxSummaryLines || r.violations_dropped > 0) {
+    std::fprintf(stderr, "  ... %zu more distinct%s; `soyaos scope query --run %s --type capability_violation` lists them\n",
+                 order.size() > kMaxSummaryLines ? order.size() - kMaxSummaryLines : 0,
+                 r.violations_dropped > 0
+                     ? (", and " + std::to_string(r.violations_dropped) + " past the per-run bound (counted only)").c_str()
+                     : "",
+                 r.run_id.c_str());
   }
 }
 
@@ -112,10 +134,14 @@ void run(const RunArgs& a, CliContext& ctx) {
   auto report = supervisor::run_pack(req);
   cache.store(report);  // result cache: after the run's events are stored
   if (!report.error.empty()) {
-    std::fprintf(stderr, "soyaos: %s\n", report.error.c_str());
+    std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(report.error).c_str());
   }
   for (const auto& s : report.outputs.skipped) {
-    std::fprintf(stderr, "soyaos: /workdir/out/%s\n", s.c_str());
+    std::fprintf(stderr, "soyaos: /workdir/out/%s\n", escape_for_terminal(s).c_str());
+  }
+  if (report.outputs.skipped_count > report.outputs.skipped.size()) {
+    std::fprintf(stderr, "soyaos: /workdir/out: %llu more entries not collected\n",
+                 static_cast<unsigned long long>(report.outputs.skipped_count - report.outputs.skipped.size()));
   }
   for (const auto& l : report.limits_exceeded) {
     std::fprintf(stderr, "soyaos: run %s: %s\n", report.run_id.c_str(), l.c_str());

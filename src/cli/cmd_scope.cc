@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/text.h"
 #include "moon/backend.h"
 
 namespace soyaos::cli {
@@ -53,7 +54,9 @@ bool print_events(const std::vector<moon::StoredEvent>& events, const std::strin
       if (std::fwrite(e.json.data(), 1, e.json.size(), stdout) != e.json.size()) return false;
       std::fputc('\n', stdout);
     } else {
-      std::printf("%s  %s  %s  %s\n", e.time.c_str(), e.type.c_str(), subject(e).c_str(), summary(e).c_str());
+      // Every field but the time may hold agent-chosen text: escaped (E7).
+      std::printf("%s  %s  %s  %s\n", escape_for_terminal(e.time).c_str(), escape_for_terminal(e.type).c_str(),
+                  escape_for_terminal(subject(e)).c_str(), escape_for_terminal(summary(e)).c_str());
     }
   }
   return std::fflush(stdout) == 0;

@@ -231,7 +231,7 @@ void RunCache::store(const supervisor::RunReport& r) {
   if (!s_->active) return;
   // Only a clean, complete run: no violation (C10), no timeout, signal or setup failure,
   // nothing the collection had to skip, no output past the capture bound.
-  if (!r.error.empty() || !r.violations.empty()) return;
+  if (!r.error.empty() || r.violation_count > 0) return;
   if (r.outcome.ending != supervisor::Ending::exited || r.exit_code != r.outcome.status) return;
   if (r.exit_code < 0 || r.exit_code >= kFirstUncachedStatus) return;
   if (!r.captured.enabled || r.captured.out_dropped != 0 || r.captured.err_dropped != 0) return;

@@ -46,16 +46,20 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
   };
   hooks.after_run = [state](const scope::RunContext& ctx, const std::vector<nlohmann::ordered_json>& events,
                             const std::vector<supervisor::Violation>& violations) -> Status {
-    if (auto s = state->moon->append_events(events); !s) return s;
-    if (violations.empty() || !state->pushed) return {};
-    // The first violation event of the run is the flag's reason.
-    for (const auto& e : events) {
-      if (e.value("type", "") != "capability_violation") continue;
-      auto flagged = state->moon->flag(ctx.pack, ctx.version, ctx.run_id, e);
-      if (!flagged) return flagged.error();
-      break;
+    // Flag first (C8 (4)): a failure to store the events must never leave a version that
+    // misbehaved unflagged. The first violation event of the run is the flag's reason.
+    Status flag_status;
+    if (!violations.empty() && state->pushed) {
+      for (const auto& e : events) {
+        if (e.value("type", "") != "capability_violation") continue;
+        if (auto flagged = state->moon->flag(ctx.pack, ctx.version, ctx.run_id, e); !flagged) {
+          flag_status = flagged.error();
+        }
+        break;
+      }
     }
-    return {};
+    if (auto s = state->moon->append_events(events); !s) return s;
+    return flag_status;
   };
   return hooks;
 }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/digest.h"
+#include "common/text.h"
 #include "moon/sqlite_util.h"
 #include "common/unique_fd.h"
 #include "scope/events.h"
@@ -263,6 +264,10 @@ Result<std::optional<std::vector<ScannedNode>>> scan_out(const fs::path& root) {
     n.host = it->path();
     n.node.path = fs::relative(it->path(), root, ec).generic_string();
     if (ec) break;
+    // The entry's manifest is JSON, which cannot carry a name that is not UTF-8 byte for
+    // byte, and a replay must recreate every name exactly: such a run is not cached
+    // (docs/tiers-and-cache.md), never an error.
+    if (!is_valid_utf8(n.node.path)) return std::optional<std::vector<ScannedNode>>();
     n.node.mode = st.st_mode & 07777;
     if (S_ISDIR(st.st_mode)) {
       n.node.dir = true;

@@ -7,12 +7,23 @@
 
 #include <filesystem>
 
+#include "common/text.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/violation_log.h"
 
 namespace soyaos::supervisor {
 namespace {
 
 constexpr int kMaxDepth = 64;
+
+// The agent chooses every name (any bytes but '/' and NUL) and how many there are: the
+// report keeps a bounded, valid-UTF-8 list and counts the rest (issue #15).
+void skip(CollectReport& report, const std::string& path, const std::string& why) {
+  ++report.skipped_count;
+  if (report.skipped.size() >= kMaxSkippedListed) return;
+  report.skipped.push_back(truncate_utf8(valid_utf8(path), kMaxResourceBytes) + ": " +
+                           truncate_utf8(valid_utf8(why), kMaxResourceBytes));
+}
 
 Status copy_file(int src_dir, const char* name, int dst_dir, uint64_t size) {
   // O_NOFOLLOW|O_NONBLOCK: a symlink fails, a FIFO cannot block us; fstat then proves type.
@@ -37,7 +48,7 @@ Status copy_file(int src_dir, const char* name, int dst_dir, uint64_t size) {
 Status walk(int src_dir, int dst_dir, const std::string& rel, int depth, uint64_t quota,
             CollectReport& report) {
   if (depth > kMaxDepth) {
-    report.skipped.push_back(rel + ": nested too deep");
+    skip(report, rel, "nested too deep");
     return {};
   }
   int dup = ::openat(src_dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -72,18 +83,17 @@ Status walk(int src_dir, int dst_dir, const std::string& rel, int depth, uint64_
       uint64_t size = static_cast<uint64_t>(st.st_size);
       // Apparent size counts: a sparse file cannot turn a small tmpfs into a large copy.
       if (report.bytes + size > quota) {
-        report.skipped.push_back(path + ": over the write quota");
+        skip(report, path, "over the write quota");
         continue;
       }
       if (auto s = copy_file(src_dir, name.c_str(), dst_dir, size); !s) {
-        report.skipped.push_back(path + ": " + s.error().describe());
+        skip(report, path, s.error().describe());
         continue;
       }
       report.bytes += size;
       ++report.files;
     } else {
-      report.skipped.push_back(path + (S_ISLNK(st.st_mode) ? ": symbolic link not collected"
-                                                           : ": not a regular file"));
+      skip(report, path, S_ISLNK(st.st_mode) ? "symbolic link not collected" : "not a regular file");
     }
   }
   ::closedir(dir);

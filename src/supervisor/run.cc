@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <unistd.h>
 
@@ -13,19 +14,19 @@
 #include "comet/launcher.h"
 #include "comet/seccomp_filter.h"
 #include "common/digest.h"
+#include "common/text.h"
 #include "manifest/manifest.h"
 #include "supervisor/egress_plan.h"
 #include "supervisor/egress_service.h"
+#include "supervisor/violation_log.h"
 
 namespace soyaos::supervisor {
 namespace {
 
-// At most this many violation events per run; the rest are counted in run_finished, so
-// an agent looping on a forbidden call cannot flood the event store.
-constexpr size_t kMaxViolationEvents = 1000;
-// Likewise for the network's informational events (dns_query, egress_opened,
-// egress_closed): an agent looping on lookups or connections must not grow the run's event
-// list (kept in memory until stored) without bound. The rest are counted in run_finished.
+// At most this many of the network's informational events (dns_query, egress_opened,
+// egress_closed) per run: an agent looping on lookups or connections must not grow the
+// run's event list (kept in memory until stored) without bound. The rest are counted per
+// type in run_finished (E4). Violations are bounded by ViolationLog (violation_log.h).
 constexpr size_t kMaxNetworkEvents = 10000;
 
 // The supervisor's own peak resident memory (VmHWM), in KiB.
@@ -50,6 +51,7 @@ std::string hostname() {
   return buf;
 }
 
+// `v` is already bounded (ViolationLog::bounded): valid UTF-8, cut to size.
 nlohmann::ordered_json violation_data(const Violation& v) {
   nlohmann::ordered_json d = {{"surface", v.surface},       {"resource", v.resource},
                       {"syscall", v.syscall},       {"errno", v.errno_name},
@@ -189,10 +191,14 @@ RunReport run_pack(const RunRequest& request) {
   // Events come from three threads (this one, the seccomp notifier, the egress loop).
   std::recursive_mutex emit_mu;
   uint64_t network_events = 0;
+  std::map<std::string, uint64_t> dropped_events;  // per type, past their caps (E4)
   auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
     std::lock_guard lock(emit_mu);
     if (type == "dns_query" || type == "egress_opened" || type == "egress_closed") {
-      if (++network_events > kMaxNetworkEvents) return;
+      if (++network_events > kMaxNetworkEvents) {
+        ++dropped_events[type];
+        return;
+      }
     }
     if (type == "egress_opened" && data.contains("entry") && data["entry"].is_string()) {
       // Through the Moon proxy the entry is the operator's proxy.allow[i]; the pack's
@@ -256,10 +262,14 @@ RunReport run_pack(const RunRequest& request) {
   }
   report.captured.enabled = request.capture_output;
   report.captured.tee = request.tee_output;
-  auto on_violation = [&](const Violation& v) {
+  ViolationLog violation_log;
+  auto on_violation = [&](const Violation& raw) {
+    Violation v = ViolationLog::bounded(raw);
     std::lock_guard lock(emit_mu);
-    report.violations.push_back(v);
-    if (report.violations.size() <= kMaxViolationEvents) emit("capability_violation", violation_data(v));
+    if (violation_log.record(v, scope::now_rfc3339())) {
+      report.violations.push_back(v);
+      emit("capability_violation", violation_data(v));
+    }
   };
   EgressCallbacks egress_callbacks;
   egress_callbacks.violation = on_violation;
@@ -292,17 +302,25 @@ RunReport run_pack(const RunRequest& request) {
       report.error = "collect /workdir/out: " + collected.error().describe();
     }
   }
-  report.exit_code = report.violations.empty() ? exit_code_for(report.outcome) : kExitViolation;
+  report.violation_count = violation_log.total();
+  report.violation_aggregates = violation_log.aggregated();
+  report.violations_dropped = violation_log.dropped();
+  report.exit_code = report.violation_count == 0 ? exit_code_for(report.outcome) : kExitViolation;
   if (report.outcome.ending == Ending::exec_failed) report.exit_code = kExitNotExecutable;
 
   nlohmann::ordered_json counts = nlohmann::ordered_json::object();
-  for (const auto& v : report.violations) counts[v.surface] = counts.value(v.surface, 0) + 1;
+  for (const auto& [surface, n] : violation_log.by_surface()) counts[surface] = n;
+  if (violation_log.dropped() > 0) dropped_events["capability_violation"] = violation_log.dropped();
+  nlohmann::ordered_json dropped = nlohmann::ordered_json::object();
+  for (const auto& [type, n] : dropped_events) dropped[type] = n;
   emit("run_finished", {{"exit_code", report.exit_code},
                         {"ending", ending_name(report.outcome.ending)},
                         {"agent_status", report.outcome.status},
                         {"duration_ms", static_cast<double>(report.outcome.duration_us) / 1000.0},
-                        {"violations", report.violations.size()},
+                        {"violations", report.violation_count},
                         {"violations_by_surface", counts},
+                        {"violations_aggregated", violation_log.aggregated_json()},
+                        {"events_dropped", dropped},
                         {"notifications", report.outcome.notifications},
                         {"network_events", network_events},
                         {"network_events_dropped",
@@ -310,7 +328,9 @@ RunReport run_pack(const RunRequest& request) {
                         {"setup_us", setup_us},
                         {"supervisor_peak_rss_kb", supervisor_peak_rss_kb()},
                         {"outputs", {{"files", report.outputs.files}, {"bytes", report.outputs.bytes},
-                                     {"skipped", report.outputs.skipped}, {"dir", report.out_dir}}}});
+                                     {"skipped", report.outputs.skipped},
+                                     {"skipped_count", report.outputs.skipped_count},
+                                     {"dir", valid_utf8(report.out_dir)}}}});
   if (auto s = sink.flush(); !s && report.error.empty()) report.error = "events: " + s.error().describe();
   if (!report.error.empty() && report.exit_code == 0) report.exit_code = kExitSetup;
   store_events();

@@ -14,6 +14,7 @@
 #include "scope/events.h"
 #include "supervisor/observer.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/violation_log.h"
 
 namespace soyaos::supervisor {
 
@@ -58,7 +59,12 @@ struct RunReport {
   int exit_code = kExitSetup;
   std::string run_id;
   std::string error;                  // set when exit_code is 125/126 before the agent ran
-  std::vector<Violation> violations;  // in order
+  // The violations emitted as events, in order: bounded (violation_log.h), so the first
+  // of each distinct resource up to kMaxDistinct and the first kMaxRepeatEvents in all.
+  std::vector<Violation> violations;
+  uint64_t violation_count = 0;  // every violation, emitted, aggregated or dropped
+  std::vector<ViolationLog::Aggregate> violation_aggregates;  // repeats not emitted
+  uint64_t violations_dropped = 0;  // past kMaxDistinct: counted only
   // Hard limits the kernel enforced (limit_exceeded events), one sentence each for stderr.
   std::vector<std::string> limits_exceeded;
   RunOutcome outcome;

@@ -54,8 +54,12 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
 struct CollectReport {
   uint64_t files = 0;
   uint64_t bytes = 0;
-  std::vector<std::string> skipped;  // "name: why" (links, FIFOs, devices, over quota)
+  // "name: why" (links, FIFOs, devices, over quota): the first kMaxSkippedListed, each
+  // name valid UTF-8 (invalid bytes as \xNN) and cut to kMaxResourceBytes; all counted.
+  std::vector<std::string> skipped;
+  uint64_t skipped_count = 0;
 };
+inline constexpr size_t kMaxSkippedListed = 100;
 
 // Copies the agent's /workdir/out tree (from the fd the child sent) into `host_dir`,
 // creating it. Never follows a link or opens a FIFO/device the agent planted; only
