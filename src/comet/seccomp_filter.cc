@@ -157,7 +157,7 @@ std::vector<Row> agent_table(bool observe_paths) {
   for (const char* n : {"read", "write", "readv", "writev", "pread64", "pwrite64", "preadv",
                         "pwritev", "preadv2", "pwritev2", "lseek", "close", "close_range", "dup",
                         "dup2", "dup3", "fcntl", "flock", "fsync", "fdatasync", "sync_file_range",
-                        "ftruncate", "fallocate", "fadvise64", "readahead", "sendfile",
+                        "fallocate", "fadvise64", "readahead", "sendfile",
                         "copy_file_range", "splice", "tee", "fstat", "fstatfs",
                         "getdents", "getdents64", "fchdir", "syncfs"}) {
     allow(n, kIo);
@@ -188,11 +188,23 @@ std::vector<Row> agent_table(bool observe_paths) {
   // mode changes are allowed only without those bits (EPERM otherwise). A freshly created
   // file's set-id bits are cleared by the kernel on the first write (no CAP_FSETID).
   const char* kChmod = "mode change without S_ISUID/S_ISGID (C5: no set-id files for the host)";
-  // By path (chmod, fchmodat) the change is also observed, like the other path writes.
+  // By path (chmod, fchmodat) and by fd (fchmod) the change is also observed, like the
+  // other writes: outside fs.write it is EACCES and reported (a read-only mount says EROFS).
   t.push_back({"chmod", kNotify, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
-  t.push_back({"fchmod", kAllow, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
+  t.push_back({"fchmod", kNotify, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
   t.push_back({"fchmodat", kNotify, {{2, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
   allow("umask", "process file-mode mask");
+  // Writes through an fd the agent holds: observed so that one on a file outside fs.write
+  // (an fd opened for reading) is EACCES and reported instead of EINVAL/EROFS unseen.
+  const char* kFdMeta = "C2: change through an fd, observed (EACCES outside fs.write; reported)";
+  notify("ftruncate", kFdMeta);
+  // Ownership and extended attributes: no runtime needs them; the supervisor answers
+  // EPERM where the file is writable and EACCES, reported, outside fs.write (C2).
+  const char* kOwner = "ownership/xattr change: EPERM (no capability); outside fs.write EACCES, reported";
+  for (const char* n : {"chown", "fchown", "lchown", "fchownat", "setxattr", "lsetxattr", "fsetxattr",
+                        "removexattr", "lremovexattr", "fremovexattr"}) {
+    notify(n, kOwner);
+  }
   // --- ALLOW: polling ---------------------------------------------------------------------
   const char* kPoll = "event loops (asyncio, libuv)";
   for (const char* n : {"poll", "ppoll", "select", "pselect6", "epoll_create", "epoll_create1",
@@ -201,7 +213,9 @@ std::vector<Row> agent_table(bool observe_paths) {
   }
   // --- ALLOW: sockets (creation is filtered above) ----------------------------------------
   const char* kNet = "socket use; destinations are decided by the network layer (C6)";
-  for (const char* n : {"connect", "bind", "listen", "accept", "accept4", "sendto", "recvfrom",
+  // bind of a pathname AF_UNIX socket creates a file: observed like the other creations.
+  notify("bind", "C2: a unix socket at a path is a file creation: observed (EACCES outside fs.write)");
+  for (const char* n : {"connect", "listen", "accept", "accept4", "sendto", "recvfrom",
                         "sendmsg", "recvmsg", "sendmmsg", "recvmmsg", "getsockopt", "setsockopt",
                         "getsockname", "getpeername", "shutdown"}) {
     allow(n, kNet);
@@ -293,14 +307,8 @@ std::vector<Row> agent_table(bool observe_paths) {
   deny("setdomainname", "see sethostname");
   const char* kCred = "credentials: the agent runs as one mapped user with no capabilities";
   for (const char* n : {"setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
-                        "setfsuid", "setfsgid", "setgroups", "capset", "chown", "fchown",
-                        "lchown", "fchownat"}) {
+                        "setfsuid", "setfsgid", "setgroups", "capset"}) {
     deny(n, kCred);
-  }
-  const char* kXattr = "extended attributes could carry security labels; no runtime needs writes";
-  for (const char* n : {"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
-                        "fremovexattr"}) {
-    deny(n, kXattr);
   }
   return t;
 }

@@ -3,17 +3,22 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <seccomp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timex.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "manifest/manifest.h"
@@ -143,24 +148,38 @@ bool ProcAgentView::read_bytes(const Notification& n, uint64_t addr, void* out, 
   return got == static_cast<ssize_t>(len) && comet::notification_valid(listener_, n.id);
 }
 
-std::optional<std::string> ProcAgentView::proc_link(const Notification& n, const std::string& what) {
+Result<std::string> ProcAgentView::proc_link(const Notification& n, const std::string& what) {
   std::string path = "/proc/" + std::to_string(n.pid) + "/" + what;
-  char buf[4096];
+  char buf[PATH_MAX];
   ssize_t len = ::readlink(path.c_str(), buf, sizeof buf);
-  if (len < 0 || static_cast<size_t>(len) >= sizeof buf) return std::nullopt;
+  // The kernel names a working directory or file deeper than a page ENAMETOOLONG.
+  if (len < 0) return errno_error("readlink " + path);
+  if (static_cast<size_t>(len) >= sizeof buf) return make_error("readlink " + path, ENAMETOOLONG);
   return std::string(buf, static_cast<size_t>(len));
 }
 
-std::optional<std::string> ProcAgentView::sandbox_readlink(const std::string& sandbox_path) {
+bool ProcAgentView::open_root() {
   if (!root_) {
     std::string root = "/proc/" + std::to_string(agent_pid_) + "/root";
     root_.reset(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root_) return std::nullopt;
   }
+  return root_.valid();
+}
+
+bool ProcAgentView::sandbox_is_dir(const std::string& sandbox_path) {
+  if (!open_root()) return false;
   std::string rel = sandbox_path.size() > 1 ? sandbox_path.substr(1) : ".";
-  char buf[4096];
+  struct stat st {};
+  return ::fstatat(root_.get(), rel.c_str(), &st, 0) == 0 && S_ISDIR(st.st_mode);
+}
+
+Result<std::string> ProcAgentView::sandbox_readlink(const std::string& sandbox_path) {
+  if (!open_root()) return errno_error("open /proc/" + std::to_string(agent_pid_) + "/root");
+  std::string rel = sandbox_path.size() > 1 ? sandbox_path.substr(1) : ".";
+  char buf[PATH_MAX];
   ssize_t len = ::readlinkat(root_.get(), rel.c_str(), buf, sizeof buf);
-  if (len < 0 || static_cast<size_t>(len) >= sizeof buf) return std::nullopt;
+  if (len < 0) return errno_error("readlink " + sandbox_path);
+  if (static_cast<size_t>(len) >= sizeof buf) return make_error("readlink " + sandbox_path, ENAMETOOLONG);
   return std::string(buf, static_cast<size_t>(len));
 }
 
@@ -173,8 +192,10 @@ namespace {
 // every pid in the sandbox is the agent's own) and symlinks are followed where they stand.
 // Symlinks inside the runtime layer are the host's own: they are not read (the kernel
 // refuses whatever they lead to that is not in the sandbox), except under /dev and /proc.
-std::string resolve(const Notification& n, AgentView& view, const policy::Policy& policy,
-                    const std::string& path, bool follow_final) {
+// nullopt when the walk cannot be done (a link or a prefix longer than PATH_MAX): the
+// caller fails closed.
+std::optional<std::string> resolve(const Notification& n, AgentView& view, const policy::Policy& policy,
+                                   const std::string& path, bool follow_final) {
   std::vector<std::string> resolved;
   std::vector<std::string> pending = split(path);
   std::reverse(pending.begin(), pending.end());  // a stack: next component at the back
@@ -203,10 +224,8 @@ std::string resolve(const Notification& n, AgentView& view, const policy::Policy
                        resolved[0] == "proc" &&
                        (resolved[1] == "self" || resolved[1] == "thread-self" || all_digits(resolved[1]));
     if (in_proc_pid && (c == "root" || c == "cwd" || c == "exe" || (c == "fd" && !last))) {
-      std::optional<std::string> target;
-      if (c == "root") {
-        target = "/";
-      } else if (c == "fd") {
+      Result<std::string> target = std::string("/");  // "root": the sandbox's own root
+      if (c == "fd") {
         std::string num = pending.back();
         if (!all_digits(num)) {
           resolved.push_back(c);
@@ -214,22 +233,30 @@ std::string resolve(const Notification& n, AgentView& view, const policy::Policy
         }
         pending.pop_back();
         target = view.proc_link(n, "fd/" + num);
-      } else {
+      } else if (c != "root") {
         target = view.proc_link(n, c);
       }
-      if (!target) return path;  // the kernel will refuse it too
-      if (target->empty() || (*target)[0] != '/') return kAnonymous;
+      if (!target) {
+        if (target.error().err == ENAMETOOLONG) return std::nullopt;
+        return path;  // no such fd or task: the kernel refuses it too
+      }
+      if (target->empty() || (*target)[0] != '/') return std::string(kAnonymous);
       push_target(*target);
       continue;
     }
     std::string candidate = join(resolved, 0) + "/" + c;
     bool trusted = covered_by(policy.fs.runtime, candidate) && !path_covers("/dev", candidate) &&
                    !path_covers("/proc", candidate);
-    if (!trusted && (!last || follow_final)) {
-      if (auto link = view.sandbox_readlink(candidate)) {
+    // A component longer than NAME_MAX fails in the kernel too (ENAMETOOLONG, no access).
+    if (!trusted && (!last || follow_final) && c.size() <= NAME_MAX) {
+      auto link = view.sandbox_readlink(candidate);
+      if (link) {
         push_target(*link);
         continue;
       }
+      // The path so far is too long for us to look up, though the kernel (walking
+      // relative to a directory) may reach it: we cannot tell where it leads.
+      if (link.error().err == ENAMETOOLONG) return std::nullopt;
     }
     resolved.push_back(c);
   }
@@ -260,6 +287,18 @@ bool readable(const policy::Policy& p, const std::string& path) {
   return false;
 }
 
+// A directory the agent sees only because a declared path lies below it ("/", "/etc").
+// Landlock grants no READ_DIR there, so opening it for reading (to list it) fails with
+// EACCES: the observer says so first and reports it, rather than leave a refusal
+// unreported (issue #15).
+bool ancestor_only(const policy::Policy& p, const std::string& path) {
+  if (path == kAnonymous) return false;
+  for (const auto* list : {&p.fs.runtime, &p.fs.read, &p.fs.write}) {
+    if (covered_by(*list, path)) return false;
+  }
+  return true;  // readable() held, so it is an ancestor of some declared path
+}
+
 bool writable(const policy::Policy& p, const std::string& path) {
   if (path == kAnonymous || covered_by(p.fs.write, path)) return true;
   for (const char* dev : kWritableDevices) {
@@ -280,25 +319,38 @@ std::string closest_entry(const policy::Policy& p, const std::string& path, bool
 
 }  // namespace
 
-Decision Observer::check_path(const Notification& n, AgentView& view, const char* syscall,
-                              int dirfd, uint64_t path_addr, bool write, bool follow_final) {
-  auto raw = view.read_string(n, path_addr);
-  if (!raw) return {};  // unreadable or stale: let the kernel answer (it enforces anyway)
-  std::string absolute = *raw;
-  if (absolute.empty() || absolute[0] != '/') {
-    auto base = view.proc_link(n, dirfd == AT_FDCWD ? "cwd" : "fd/" + std::to_string(dirfd));
-    if (!base) return {};
-    if (base->empty() || (*base)[0] != '/') return {};  // relative to an anonymous fd
-    absolute = *base + "/" + absolute;
-  }
-  std::string path = resolve(n, view, policy_, absolute, follow_final);
+Decision Observer::unresolvable(const Notification& n, const char* syscall, const std::string& raw, bool write) {
+  // EACCES for reads too: the path may well exist; the agent is refused by us, not told
+  // that it is absent.
+  Decision d{true, EACCES, Violation{}};
+  auto& v = *d.violation;
+  v.surface = "fs";
+  v.resource = "<unresolvable>/" + raw;
+  v.syscall = syscall;
+  v.errno_name = errno_name(EACCES);
+  v.manifest_entry = "no match";
+  v.access = write ? "write" : "read";
+  v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
+  v.detail = "the working directory, fd or link is longer than PATH_MAX: the path cannot be resolved, "
+             "so it is refused (fail closed)";
+  return d;
+}
+
+Decision Observer::check_resolved(const Notification& n, AgentView& view, const char* syscall,
+                                  const std::string& path, bool write, bool open_for_read) {
+  // C2: reading an undeclared path is ENOENT (nothing of the host shows); writing outside
+  // fs.write is EACCES (never EROFS).
+  int err = write ? EACCES : ENOENT;
   bool allowed = write ? writable(policy_, path) : readable(policy_, path);
+  // (Where nothing exists, e.g. /sys above a runtime probe, the kernel says ENOENT itself.)
+  if (allowed && open_for_read && ancestor_only(policy_, path) && view.sandbox_is_dir(path)) {
+    allowed = false;
+    err = EACCES;  // what Landlock answers: the directory exists, listing it is refused
+  }
   if (allowed) return {};
   Decision d;
   d.deny = true;
-  // C2: reading an undeclared path is ENOENT (nothing of the host shows); writing outside
-  // fs.write is EACCES (never EROFS).
-  d.err = write ? EACCES : ENOENT;
+  d.err = err;
   Violation v;
   v.surface = "fs";
   v.resource = path;
@@ -309,6 +361,64 @@ Decision Observer::check_path(const Notification& n, AgentView& view, const char
   v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
   d.violation = std::move(v);
   return d;
+}
+
+Decision Observer::check_path(const Notification& n, AgentView& view, const char* syscall,
+                              int dirfd, uint64_t path_addr, bool write, bool follow_final, bool open_for_read) {
+  auto raw = view.read_string(n, path_addr);
+  // Unreadable (EFAULT), longer than PATH_MAX or stale: the kernel fails it the same way
+  // (EFAULT, ENAMETOOLONG) before any access, or the thread is gone.
+  if (!raw) return {};
+  return check_raw(n, view, syscall, dirfd, *raw, write, follow_final, open_for_read);
+}
+
+Decision Observer::check_raw(const Notification& n, AgentView& view, const char* syscall, int dirfd,
+                             const std::string& raw, bool write, bool follow_final, bool open_for_read) {
+  std::string absolute = raw;
+  if (absolute.empty() || absolute[0] != '/') {
+    auto base = view.proc_link(n, dirfd == AT_FDCWD ? "cwd" : "fd/" + std::to_string(dirfd));
+    if (!base) {
+      if (base.error().err == ENAMETOOLONG) return unresolvable(n, syscall, raw, write);
+      return {};  // no such fd: the kernel answers EBADF
+    }
+    if (base->empty() || (*base)[0] != '/') return {};  // relative to an anonymous fd: ENOTDIR
+    absolute = *base + "/" + absolute;
+  }
+  auto path = resolve(n, view, policy_, absolute, follow_final);
+  if (!path) return unresolvable(n, syscall, absolute, write);
+  return check_resolved(n, view, syscall, *path, write, open_for_read);
+}
+
+Decision Observer::check_fd(const Notification& n, AgentView& view, const char* syscall, int fd) {
+  auto target = view.proc_link(n, "fd/" + std::to_string(fd));
+  if (!target) {
+    if (target.error().err == ENAMETOOLONG) return unresolvable(n, syscall, "fd/" + std::to_string(fd), true);
+    return {};  // not an open fd: the kernel answers EBADF
+  }
+  std::string path = *target;
+  // Pipes, sockets, anon inodes ("pipe:[…]") and memfds ("/memfd:NAME (deleted)") are no
+  // path of the sandbox; a deleted file keeps its path with a suffix.
+  if (path.empty() || path[0] != '/' || path.rfind("/memfd:", 0) == 0) return {};
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (path.size() > kDeleted.size() && path.compare(path.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
+    path.resize(path.size() - kDeleted.size());
+  }
+  return check_resolved(n, view, syscall, normalise(path), /*write=*/true, /*open_for_read=*/false);
+}
+
+Decision Observer::on_bind(const Notification& n, AgentView& view) {
+  // bind(fd, addr, len): only a pathname AF_UNIX address creates something in the
+  // filesystem (a socket file); abstract and unnamed ones, and other families, do not.
+  const uint64_t len = n.args[2];
+  sa_family_t family = 0;
+  if (len <= sizeof family || !view.read_bytes(n, n.args[1], &family, sizeof family)) return {};
+  if (family != AF_UNIX) return {};
+  char sun_path[sizeof(sockaddr_un::sun_path)] = {};
+  const size_t path_len = std::min<uint64_t>(len - sizeof family, sizeof sun_path);
+  if (!view.read_bytes(n, n.args[1] + sizeof family, sun_path, path_len)) return {};
+  if (sun_path[0] == '\0') return {};  // abstract: the network namespace's own
+  std::string raw(sun_path, strnlen(sun_path, path_len));
+  return check_raw(n, view, "bind", AT_FDCWD, raw, /*write=*/true, /*follow_final=*/false);
 }
 
 Decision Observer::on_exec(const Notification& n, AgentView& view, const char* name, int dirfd_arg,
@@ -330,7 +440,7 @@ Decision Observer::on_exec(const Notification& n, AgentView& view, const char* n
   } else {
     int dirfd = dirfd_arg < 0 ? AT_FDCWD : as_fd(n.args[dirfd_arg]);
     auto base = view.proc_link(n, dirfd == AT_FDCWD ? "cwd" : "fd/" + std::to_string(dirfd));
-    std::string b = base.value_or("?");
+    std::string b = base ? *base : "?";
     v.resource = (path && !path->empty()) ? normalise(b + "/" + *path) : b;  // fexecve: the fd's object
   }
   v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
@@ -377,9 +487,17 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
   const auto& a = n.args;
   auto open_like = [&](int dirfd, uint64_t path, uint64_t flags) {
     bool write = (flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)) != 0;
-    if ((flags & O_PATH) != 0) write = false;
+    const bool o_path = (flags & O_PATH) != 0;
+    if (o_path) write = false;
     bool follow = (flags & O_NOFOLLOW) == 0 && !((flags & O_CREAT) && (flags & O_EXCL));
-    return check_path(n, view, name, dirfd, path, write, follow);
+    return check_path(n, view, name, dirfd, path, write, follow, /*open_for_read=*/!write && !o_path);
+  };
+  // Changes the kernel would refuse anyway where they are allowed (no capability over
+  // ownership, no extended attributes: docs/seccomp.md): EPERM there, unreported; outside
+  // fs.write they are writes of the manifest's surface (EACCES, reported).
+  auto policy_eperm = [](Decision d) {
+    if (!d.deny) d = Decision{true, EPERM, std::nullopt};
+    return d;
   };
   auto write_at = [&](int dirfd, uint64_t path, bool follow = false) {
     return check_path(n, view, name, dirfd, path, /*write=*/true, follow);
@@ -418,10 +536,23 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
     case SYS_utime:
     case SYS_utimes: return write_at(AT_FDCWD, a[0], /*follow=*/true);
     case SYS_fchmodat: return write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0);
-    case SYS_futimesat: return a[1] == 0 ? Decision{} : write_at(as_fd(a[0]), a[1], /*follow=*/true);
+    case SYS_fchmod:
+    case SYS_ftruncate: return check_fd(n, view, name, as_fd(a[0]));
+    case SYS_futimesat: return a[1] == 0 ? check_fd(n, view, name, as_fd(a[0])) : write_at(as_fd(a[0]), a[1], true);
     case SYS_utimensat:
-      // A NULL path changes the fd's own file (futimens): nothing to resolve.
-      return a[1] == 0 ? Decision{} : write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0);
+      // A NULL path changes the fd's own file (futimens).
+      return a[1] == 0 ? check_fd(n, view, name, as_fd(a[0]))
+                       : write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0);
+    case SYS_chown:
+    case SYS_setxattr:
+    case SYS_removexattr: return policy_eperm(write_at(AT_FDCWD, a[0], /*follow=*/true));
+    case SYS_lchown:
+    case SYS_lsetxattr:
+    case SYS_lremovexattr: return policy_eperm(write_at(AT_FDCWD, a[0]));
+    case SYS_fchownat: return policy_eperm(write_at(as_fd(a[0]), a[1], (a[4] & AT_SYMLINK_NOFOLLOW) == 0));
+    case SYS_fchown:
+    case SYS_fsetxattr:
+    case SYS_fremovexattr: return policy_eperm(check_fd(n, view, name, as_fd(a[0])));
     case SYS_symlink: return write_at(AT_FDCWD, a[1]);
     case SYS_symlinkat: return write_at(as_fd(a[1]), a[2]);
     default: return {};
@@ -450,6 +581,7 @@ Decision Observer::decide(const Notification& n, AgentView& view) {
     case SYS_settimeofday:
     case SYS_adjtimex:
     case SYS_clock_adjtime: return on_time(n, view);
+    case SYS_bind: return on_bind(n, view);
     default: return on_path(n, view);
   }
 }

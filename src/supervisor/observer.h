@@ -13,6 +13,7 @@
 #include <string>
 
 #include "comet/seccomp_notify.h"
+#include "common/result.h"
 #include "common/unique_fd.h"
 #include "policy/policy.h"
 
@@ -42,10 +43,15 @@ class AgentView {
   virtual ~AgentView() = default;
   virtual std::optional<std::string> read_string(const comet::Notification& n, uint64_t addr) = 0;
   virtual bool read_bytes(const comet::Notification& n, uint64_t addr, void* out, size_t len) = 0;
-  // readlink of /proc/PID/<what> ("cwd", "fd/3", "exe") for the notifying thread.
-  virtual std::optional<std::string> proc_link(const comet::Notification& n, const std::string& what) = 0;
-  // readlink of a sandbox path, resolved in the sandbox's root; nullopt if not a symlink.
-  virtual std::optional<std::string> sandbox_readlink(const std::string& sandbox_path) = 0;
+  // readlink of /proc/PID/<what> ("cwd", "fd/3", "exe") for the notifying thread. The
+  // error's errno is ENAMETOOLONG when the target is longer than PATH_MAX (the kernel
+  // cannot name it): the observer then fails closed.
+  virtual Result<std::string> proc_link(const comet::Notification& n, const std::string& what) = 0;
+  // readlink of a sandbox path, resolved in the sandbox's root: an error when it is not a
+  // symlink (EINVAL, ENOENT...) and ENAMETOOLONG when the path is too long to look up.
+  virtual Result<std::string> sandbox_readlink(const std::string& sandbox_path) = 0;
+  // True when a directory exists at this (resolved) sandbox path.
+  virtual bool sandbox_is_dir(const std::string& sandbox_path) = 0;
 };
 
 class ProcAgentView final : public AgentView {
@@ -53,10 +59,12 @@ class ProcAgentView final : public AgentView {
   ProcAgentView(const UniqueFd& listener, pid_t agent_pid);
   std::optional<std::string> read_string(const comet::Notification& n, uint64_t addr) override;
   bool read_bytes(const comet::Notification& n, uint64_t addr, void* out, size_t len) override;
-  std::optional<std::string> proc_link(const comet::Notification& n, const std::string& what) override;
-  std::optional<std::string> sandbox_readlink(const std::string& sandbox_path) override;
+  Result<std::string> proc_link(const comet::Notification& n, const std::string& what) override;
+  Result<std::string> sandbox_readlink(const std::string& sandbox_path) override;
+  bool sandbox_is_dir(const std::string& sandbox_path) override;
 
  private:
+  bool open_root();
   const UniqueFd& listener_;
   pid_t agent_pid_;
   UniqueFd root_;  // /proc/AGENT/root, opened lazily after exec
@@ -72,8 +80,20 @@ class Observer {
                    int path_arg);
   Decision on_path(const comet::Notification& n, AgentView& view);
   Decision on_time(const comet::Notification& n, AgentView& view);
+  Decision on_bind(const comet::Notification& n, AgentView& view);
   Decision check_path(const comet::Notification& n, AgentView& view, const char* syscall,
-                      int dirfd, uint64_t path_addr, bool write, bool follow_final);
+                      int dirfd, uint64_t path_addr, bool write, bool follow_final,
+                      bool open_for_read = false);
+  Decision check_raw(const comet::Notification& n, AgentView& view, const char* syscall, int dirfd,
+                     const std::string& raw, bool write, bool follow_final, bool open_for_read = false);
+  // A change to the file an fd designates (fchmod, fchown, ftruncate, fsetxattr, futimens).
+  Decision check_fd(const comet::Notification& n, AgentView& view, const char* syscall, int fd);
+  Decision check_resolved(const comet::Notification& n, AgentView& view, const char* syscall,
+                          const std::string& path, bool write, bool open_for_read);
+  // The path cannot be resolved (a working directory or fd beyond PATH_MAX): deny and
+  // report rather than let the kernel decide unseen (fail closed).
+  Decision unresolvable(const comet::Notification& n, const char* syscall, const std::string& raw,
+                        bool write);
 
   const policy::Policy& policy_;
   bool runtime_started_ = false;  // the Comet's own execve of the runtime has been answered

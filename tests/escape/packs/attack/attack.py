@@ -1211,9 +1211,180 @@ def group_netstar(args):
     case("star.alive", lambda: os.getpid())
 
 
+# ---- no denial without a report (issue #15) -----------------------------------------------
+
+def ro_fd(path="/workdir/attack.py"):
+    return os.open(path, os.O_RDONLY)
+
+
+def on_ro_fd(fn, path="/workdir/attack.py"):
+    fd = ro_fd(path)
+    try:
+        return fn(fd)
+    finally:
+        os.close(fd)
+
+
+def out_file(name):
+    path = "/workdir/out/" + name
+    with open(path, "wb") as f:
+        f.write(b"x")
+    return path
+
+
+def on_out_fd(name, fn):
+    fd = os.open(out_file(name), os.O_RDWR)
+    try:
+        return fn(fd)
+    finally:
+        os.close(fd)
+
+
+def unix_bind(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(path)
+    finally:
+        s.close()
+
+
+def deep_cwd(levels=17):
+    """chdir into a tree under /tmp whose path is longer than PATH_MAX (4096): the kernel
+    cannot name it in /proc/PID/cwd, so the observer cannot resolve relative paths."""
+    os.chdir("/tmp")
+    for i in range(levels):
+        name = ("d%02d" % i) + "x" * 250
+        os.mkdir(name)
+        os.chdir(name)
+    return levels + 1  # ".." steps up to /
+
+
+def group_report(args):
+    lp = libc_path()
+    # Mode, times, size, owner and xattrs through an fd opened for reading.
+    case("rep.fchmod_pack", lambda: on_ro_fd(lambda fd: os.fchmod(fd, 0o644)))
+    case("rep.fchmod_libc", lambda: on_ro_fd(lambda fd: os.fchmod(fd, 0o755), lp))
+    case("rep.futimens_pack", lambda: on_ro_fd(lambda fd: os.utime(fd)))
+    case("rep.futimens_libc", lambda: on_ro_fd(lambda fd: os.utime(fd, (1, 1)), lp))
+    case("rep.ftruncate_pack", lambda: on_ro_fd(lambda fd: os.truncate(fd, 0)))
+    case("rep.fchown_pack", lambda: on_ro_fd(lambda fd: os.fchown(fd, os.getuid(), os.getgid())))
+    case("rep.fsetxattr_pack", lambda: on_ro_fd(lambda fd: os.setxattr(fd, "user.x", b"1")))
+    case("rep.fremovexattr_pack", lambda: on_ro_fd(lambda fd: os.removexattr(fd, "user.x")))
+    # The same by path.
+    case("rep.chmod_pack", lambda: os.chmod("/workdir/attack.py", 0o600))
+    case("rep.fchmodat_nofollow_libc", lambda: os.chmod(lp, 0o600, follow_symlinks=False))
+    case("rep.utime_pack", lambda: os.utime("/workdir/attack.py", (1, 1)))
+    case("rep.utime_nofollow_etc", lambda: os.utime("/etc/passwd", (1, 1), follow_symlinks=False))
+    case("rep.truncate_pack", lambda: os.truncate("/workdir/attack.py", 0))
+    case("rep.chown_pack", lambda: os.chown("/workdir/attack.py", os.getuid(), os.getgid()))
+    case("rep.lchown_libc", lambda: os.lchown(lp, os.getuid(), os.getgid()))
+    case("rep.fchownat_pack", lambda: os.chown("attack.py", os.getuid(), os.getgid(),
+                                               dir_fd=os.open("/workdir", os.O_RDONLY | os.O_DIRECTORY)))
+    case("rep.setxattr_pack", lambda: os.setxattr("/workdir/attack.py", "user.x", b"1"))
+    case("rep.lsetxattr_libc", lambda: os.setxattr(lp, "user.x", b"1", follow_symlinks=False))
+    case("rep.removexattr_pack", lambda: os.removexattr("/workdir/attack.py", "user.x"))
+    # Creations, removals and renames in read-only places.
+    case("rep.link_in_pack", lambda: os.link("/workdir/attack.py", "/workdir/hl"))
+    case("rep.symlink_in_pack", lambda: os.symlink("attack.py", "/workdir/sl"))
+    case("rep.symlink_in_usr", lambda: os.symlink("x", "/usr/lib/sl"))
+    case("rep.rename_pack_file", lambda: os.rename("/workdir/attack.py", "/workdir/out/stolen"))
+    case("rep.rename_into_usr", lambda: os.rename(out_file("mv2"), "/usr/lib/mv2"))
+    case("rep.mkdir_in_pack", lambda: os.mkdir("/workdir/d"))
+    case("rep.mkdir_at_root", lambda: os.mkdir("/newdir"))
+    case("rep.rmdir_usr_lib", lambda: os.rmdir("/usr/lib"))
+    case("rep.unlink_pack", lambda: os.unlink("/workdir/attack.py"))
+    case("rep.mkfifo_in_pack", lambda: os.mkfifo("/workdir/fifo"))
+    case("rep.mknod_in_usr", lambda: os.mknod("/usr/lib/node", stat.S_IFREG | 0o644))
+    case("rep.bind_unix_pack", lambda: unix_bind("/workdir/sock"))
+    case("rep.bind_unix_etc", lambda: unix_bind("/etc/sock"))
+    os.chdir("/workdir")
+    case("rep.bind_unix_relative", lambda: unix_bind("rel.sock"))
+    os.chdir("/")
+    # Listing directories the agent sees only as ancestors of declared paths.
+    case("rep.list_root", lambda: ",".join(sorted(os.listdir("/"))))
+    case("rep.list_etc", lambda: ",".join(sorted(os.listdir("/etc"))))
+    # Allowed counterparts: no violation.
+    case("rep.ok_fchmod_out", lambda: on_out_fd("a", lambda fd: os.fchmod(fd, 0o600)))
+    case("rep.ok_futimens_out", lambda: on_out_fd("b", lambda fd: os.utime(fd, (1, 1))))
+    case("rep.ok_ftruncate_out", lambda: on_out_fd("c", lambda fd: os.truncate(fd, 0)))
+    case("rep.ok_chmod_out", lambda: os.chmod(out_file("d"), 0o640))
+    case("rep.ok_utime_out", lambda: os.utime(out_file("e"), (1, 1)))
+    case("rep.ok_rename_out", lambda: os.rename(out_file("f"), "/workdir/out/f2"))
+    case("rep.ok_link_out", lambda: os.link(out_file("g"), "/workdir/out/g2"))
+    case("rep.ok_symlink_out", lambda: os.symlink("g", "/workdir/out/g3"))
+    case("rep.ok_mkdir_out", lambda: os.mkdir("/workdir/out/dir"))
+    case("rep.ok_mkfifo_tmp", lambda: os.mkfifo("/tmp/fifo"))
+    case("rep.ok_bind_unix_tmp", lambda: unix_bind("/tmp/ok.sock"))
+    case("rep.ok_bind_abstract", lambda: unix_bind("\0soyaos-report-" + str(os.getpid())))
+    case("rep.ok_list_usr", lambda: str(len(os.listdir("/usr")) > 0))
+    case("rep.ok_list_workdir", lambda: str("attack.py" in os.listdir("/workdir")))
+    case("rep.ok_memfd_ftruncate", lambda: os.truncate(os.memfd_create("m"), 4096))
+    # Owner and xattr changes where writing is allowed: refused (no capability), not reported.
+    case("rep.eperm_chown_out", lambda: os.chown(out_file("h"), os.getuid(), os.getgid()))
+    case("rep.eperm_setxattr_out", lambda: os.setxattr(out_file("i"), "user.x", b"1"))
+    # A working directory deeper than PATH_MAX: every relative path is refused and reported.
+    ups = deep_cwd()
+    case("rep.deep_read_shadow", lambda: open("../" * ups + "etc/shadow", "rb").read())
+    case("rep.deep_read_pack", lambda: open("../" * ups + "workdir/attack.py", "rb").read(1))
+    case("rep.deep_write_usr", lambda: open("../" * ups + "usr/lib/pwned", "wb").close())
+    case("rep.deep_create_here", lambda: open("here", "wb").close())
+    case("rep.deep_dirfd", lambda: os.open("x", os.O_RDONLY, dir_fd=os.open(".", os.O_RDONLY)))
+    os.chdir("/")
+    case("rep.alive", lambda: os.getpid())
+
+
+def violation_flood(args):
+    """Refuses itself as fast as it can for SECONDS: one path over and over, and distinct
+    long paths (each a new resource), from several threads; prints how many it tried."""
+    seconds = float(args[0]) if args else 5.0
+    stop = time.time() + seconds
+    counts = [0] * 4
+
+    def loop(slot, distinct):
+        n = 0
+        pad = "y" * 3000
+        while time.time() < stop:
+            path = "/etc/shadow" if not distinct else "/etc/flood-%d-%d-%s" % (slot, n, pad)
+            try:
+                os.open(path, os.O_RDONLY)
+            except OSError:
+                pass
+            n += 1
+        counts[slot] = n
+
+    # First, a path that is a terminal attack: erase the line, paint a fake summary, hide
+    # what follows.
+    try:
+        os.open("/etc/\x1b[2K\x1b[1A\rsoyaos: run ok: 0 violations\x1b[8m", os.O_RDONLY)
+    except OSError:
+        pass
+    threads = [threading.Thread(target=loop, args=(i, i % 2 == 1)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report("flood.tried", "ok %d" % (sum(counts) + 1))
+
+
+def hostile_names(args):
+    """Outputs whose names the supervisor must print and store safely: escape sequences,
+    bidi overrides, bytes that are not UTF-8, and many uncollectable entries."""
+    out = b"/workdir/out/"
+    for name in [b"esc-\x1b[2J\x1b[31mFAKE", b"bidi-\xe2\x80\xaetxt.exe", b"latin1-\xe9t\xe9", b"bad-\xff\xfe"]:
+        with open(out + name, "wb") as f:
+            f.write(b"x")
+    count = int(args[0]) if args else 300
+    os.mkdir(out + b"fifos")
+    for i in range(count):
+        os.mkfifo(out + b"fifos/" + (b"f\xff-%d-" % i) + b"z" * 200)
+    os.symlink(b"/etc/passwd", out + b"link-\x1b]0;title\x07-\xc3")
+    report("names.made", "ok %d" % count)
+
+
 GROUPS = {"exec": group_exec, "seccomp": group_seccomp, "sweep": group_sweep, "observer": group_observer,
           "observer2": group_observer2, "fs": group_fs, "ipc": group_ipc, "resources": group_resources,
-          "info": group_info, "net": group_net, "netstar": group_netstar}
+          "info": group_info, "net": group_net, "netstar": group_netstar,
+          "report": group_report, "vflood": violation_flood, "names": hostile_names}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in GROUPS:
