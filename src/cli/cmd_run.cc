@@ -33,6 +33,11 @@ constexpr size_t kMaxSummaryLines = 50;
 // Every agent-chosen string is escaped (E7): an escape sequence in a path must not erase
 // this summary or paint a fake one.
 void print_summary(const supervisor::RunReport& r) {
+  // An unreachable upstream shows to the agent as a bare reset (or the Moon proxy's 502):
+  // say which and why, violations or not (the host can be the agent's choice: escaped).
+  for (const auto& line : r.upstream_failures) {
+    std::fprintf(stderr, "soyaos: egress: upstream unreachable: %s\n", escape_for_terminal(line).c_str());
+  }
   if (r.violation_count == 0) return;
   // The agent's own output came before: reset any colour or concealment it left set.
   if (::isatty(STDERR_FILENO) == 1) std::fputs("\x1b[0m", stderr);

@@ -15,9 +15,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <map>
 #include <set>
 #include <unordered_set>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include "common/unique_fd.h"
 #include "manifest/rules.h"
@@ -76,12 +82,13 @@ class ConfigParser {
   ConfigParser(const std::string& file, std::vector<Diagnostic>& errors) : file_(file), errors_(errors) {}
 
   void parse(const YNode& root, MoonConfig& c) {
-    auto top = fields(root, "", {"dns", "egress", "proxy"});
+    auto top = fields(root, "", {"dns", "egress", "proxy", "tls"});
     if (!top) return;
     for (const auto& [key, v] : *top) {
       if (key == "dns") parse_dns(*v, c.network);
       if (key == "egress") parse_egress(*v, c.network);
       if (key == "proxy") parse_proxy(*v, c);
+      if (key == "tls") parse_tls(*v, c);
     }
   }
 
@@ -255,11 +262,79 @@ class ConfigParser {
   }
 
   void parse_egress(const YNode& n, policy::OperatorNetwork& net) {
-    auto f = fields(n, "egress", {"deny", "allow_private"});
+    auto f = fields(n, "egress", {"deny", "allow_private", "connect_to"});
     if (!f) return;
     for (const auto& [key, v] : *f) {
       if (key == "deny") parse_deny(*v, net);
       if (key == "allow_private") parse_allow_private(*v, net);
+      if (key == "connect_to") parse_connect_to(*v, net);
+    }
+  }
+
+  // "HOST:PORT" / "[V6]:PORT" -> (host text, port); nullopt when there is no :PORT or the
+  // port is not 1..65535.
+  static std::optional<std::pair<std::string, uint16_t>> host_port(std::string_view s) {
+    std::string_view host;
+    std::string_view port;
+    if (!s.empty() && s.front() == '[') {
+      const auto close = s.find(']');
+      if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') return std::nullopt;
+      host = s.substr(0, close + 1);
+      port = s.substr(close + 2);
+    } else {
+      const auto colon = s.rfind(':');
+      if (colon == std::string_view::npos || s.find(':') != colon) return std::nullopt;  // bare IPv6: use brackets
+      host = s.substr(0, colon);
+      port = s.substr(colon + 1);
+    }
+    const auto p = port_number(port);
+    if (host.empty() || !p) return std::nullopt;
+    return std::pair(std::string(host), *p);
+  }
+
+  // egress.connect_to: "HOST:PORT": "ADDR:PORT" (SPEC C6a, as curl's --connect-to).
+  void parse_connect_to(const YNode& n, policy::OperatorNetwork& net) {
+    auto f = fields(n, "egress.connect_to", {}, /*any_keys=*/true);
+    if (!f) return;
+    std::map<std::pair<std::string, uint16_t>, Mark> seen;
+    std::unordered_set<const YNode*> accepted;
+    for (const auto& entry : *f) accepted.insert(entry.second);
+    for (std::size_t i = 0; i < n.map_size(); ++i) {
+      const YNode& k = n.key(i);
+      if (accepted.count(&n.val(i)) == 0) continue;  // a bad or duplicate key, already reported
+      const std::string path = join("egress.connect_to", k.value);
+      const auto from = host_port(k.value);
+      std::string from_host = from ? from->first : std::string();
+      if (from_host.size() > 1 && from_host.back() == '.') from_host.pop_back();  // "example.com." is one name
+      const auto host = from ? manifest::detail::normalise_host(from_host, /*allow_wildcard=*/false) : std::nullopt;
+      if (!host) {
+        error(k.mark, path,
+              quote(k.value) + " must be HOST:PORT: a DNS name or IP literal (IPv6 in brackets), no wildcard, and "
+                               "a port 1..65535 (\"api.example.com:443\", \"[2001:db8::1]:443\")");
+        continue;
+      }
+      std::string key_host = *host;
+      if (const auto ip = policy::parse_ip(key_host)) key_host = policy::to_string(*ip);
+      const std::pair key(key_host, from->second);
+      if (const auto it = seen.find(key); it != seen.end()) {
+        error(k.mark, path,
+              "duplicate destination (first defined at " + std::to_string(it->second.line) + ":" +
+                  std::to_string(it->second.column) + ")");
+        continue;
+      }
+      seen.emplace(key, k.mark);
+      const YNode& v = n.val(i);
+      auto target_text = string(v, path);
+      if (!target_text) continue;
+      const auto to = host_port(*target_text);
+      const auto addr = to ? policy::parse_ip(to->first) : std::nullopt;
+      if (!addr) {
+        error(v.mark, path,
+              quote(*target_text) + " must be ADDR:PORT: an IPv4 or IPv6 address (IPv6 in brackets) and a port "
+                                    "1..65535 (\"127.0.0.1:8443\", \"[::1]:8443\"); names are not resolved here");
+        continue;
+      }
+      net.connect_to[key] = policy::ConnectTarget{*addr, to->second};
     }
   }
 
@@ -321,6 +396,30 @@ class ConfigParser {
     if (!f) return;
     for (const auto& [key, v] : *f) {
       if (key == "allow") parse_proxy_allow(*v, c.proxy_allow);
+    }
+  }
+
+  void parse_tls(const YNode& n, MoonConfig& c) {
+    auto f = fields(n, "tls", {"ca_files"});
+    if (!f) return;
+    for (const auto& [key, v] : *f) {
+      if (key == "ca_files") parse_ca_files(*v, c);
+    }
+  }
+
+  // tls.ca_files: paths only here; load_moon_config reads and checks each file.
+  void parse_ca_files(const YNode& n, MoonConfig& c) {
+    const std::string path = "tls.ca_files";
+    if (list(n, path, "paths of PEM certificate files") == nullptr) return;
+    for (std::size_t i = 0; i < n.items.size(); ++i) {
+      const std::string ipath = index(path, i);
+      auto s = string(n.items[i], ipath);
+      if (!s) continue;
+      if (s->empty() || s->find('\0') != std::string::npos) {
+        error(n.items[i].mark, ipath, "must be a file path");
+        continue;
+      }
+      c.ca_files.push_back(MoonConfig::CaFile{*s, n.items[i].mark, ipath});
     }
   }
 
@@ -417,6 +516,7 @@ MoonConfigLoad parse_moon_config(std::string_view text, const std::string& file)
       // The run's egress loop serves the Moon proxy (C7): it reads the allowlist from the
       // operator's network policy.
       config.network.proxy_allow = config.proxy_allow;
+      for (const auto& ca : config.ca_files) config.network.tls_ca_files.push_back(ca.path);
       result.config = std::move(config);
     }
   } catch (const std::exception& e) {
@@ -426,6 +526,72 @@ MoonConfigLoad parse_moon_config(std::string_view text, const std::string& file)
   }
   return result;
 }
+
+namespace {
+
+// Reads a whole regular file of at most `max` bytes: "" and `text` set, or what went wrong.
+// O_NONBLOCK so a FIFO cannot hang the caller; fstat()ed before anything is read.
+std::string read_regular_file(const fs::path& path, std::size_t max, std::string& text, int* open_errno) {
+  UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)};
+  if (!fd) {
+    *open_errno = errno;
+    return "cannot open: " + std::string(std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return "cannot examine: " + std::string(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return "is not a regular file";
+  if (static_cast<uint64_t>(st.st_size) > max) {
+    return "file is larger than " + std::to_string(max) + " bytes (" + std::to_string(st.st_size) + " bytes)";
+  }
+  // Read at most one byte more than allowed, so a file that grows meanwhile is caught.
+  text.assign(max + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return "cannot read: " + std::string(std::strerror(errno));
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > max) return "file is larger than " + std::to_string(max) + " bytes";
+  text.resize(got);
+  return "";
+}
+
+// Why `pem` is not a usable CA file ("" when it is): at least one certificate, and every
+// "-----BEGIN CERTIFICATE-----" block must parse (a half-pasted file fails loudly here,
+// not as an unexplained verification error later).
+std::string ca_pem_problem(const std::string& pem) {
+  static constexpr std::string_view kBegin = "-----BEGIN CERTIFICATE-----";
+  static constexpr std::string_view kTrusted = "-----BEGIN TRUSTED CERTIFICATE-----";
+  std::size_t blocks = 0;
+  for (std::size_t at = pem.find(kBegin); at != std::string::npos; at = pem.find(kBegin, at + 1)) ++blocks;
+  if (blocks == 0) {
+    if (pem.find(kTrusted) != std::string::npos) {
+      return "holds an OpenSSL TRUSTED CERTIFICATE block; use plain -----BEGIN CERTIFICATE----- PEM";
+    }
+    return "holds no PEM certificate (-----BEGIN CERTIFICATE-----)";
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
+  if (!bio) return "cannot be read (out of memory)";
+  std::size_t parsed = 0;
+  for (;;) {
+    X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
+    if (cert == nullptr) break;
+    X509_free(cert);
+    ++parsed;
+  }
+  ERR_clear_error();
+  if (parsed < blocks) {
+    return "certificate " + std::to_string(parsed + 1) + " of " + std::to_string(blocks) +
+           " is not a valid PEM X.509 certificate";
+  }
+  return "";
+}
+
+}  // namespace
 
 MoonConfigLoad load_moon_config(const fs::path& home) {
   fs::path path;
@@ -438,39 +604,44 @@ MoonConfigLoad load_moon_config(const fs::path& home) {
   }
   const std::string file = path.string();
 
-  UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)};
-  if (!fd) {
-    const int err = errno;
-    if (err == ENOENT && !required) {
+  std::string text;
+  int open_errno = 0;
+  if (auto problem = read_regular_file(path, kMaxMoonConfigBytes, text, &open_errno); !problem.empty()) {
+    if (open_errno == ENOENT && !required) {
       MoonConfigLoad defaults;
       defaults.config = MoonConfig{};
       return defaults;
     }
-    if (err == ENOENT) return file_error(file, "cannot open (named by SOYAOS_MOON_CONFIG): " + std::string(std::strerror(err)));
-    return file_error(file, "cannot open: " + std::string(std::strerror(err)));
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return file_error(file, "cannot examine: " + std::string(std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) return file_error(file, "is not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > kMaxMoonConfigBytes) {
-    return file_error(file, "file is larger than " + std::to_string(kMaxMoonConfigBytes) + " bytes (" +
-                                std::to_string(st.st_size) + " bytes)");
-  }
-  // Read at most one byte more than allowed, so a file that grows meanwhile is caught.
-  std::string text(kMaxMoonConfigBytes + 1, '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return file_error(file, "cannot read: " + std::string(std::strerror(errno)));
+    if (open_errno == ENOENT) {
+      return file_error(file, "cannot open (named by SOYAOS_MOON_CONFIG): " + std::string(std::strerror(open_errno)));
     }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
+    return file_error(file, problem);
   }
-  text.resize(got);
   MoonConfigLoad result = parse_moon_config(text, file);
-  if (result.config) result.config->path = path;
+  if (!result.config) return result;
+  result.config->path = path;
+  // tls.ca_files: resolved from moon.yaml's directory, each read and checked now, so a
+  // typo fails every run at once with the entry's line:column (never a silent fallback to
+  // the system roots).
+  std::vector<std::string> resolved;
+  const fs::path base = fs::absolute(path).parent_path();
+  for (const auto& ca : result.config->ca_files) {
+    const fs::path p = fs::path(ca.path).is_absolute() ? fs::path(ca.path) : base / ca.path;
+    std::string pem;
+    int ca_errno = 0;
+    std::string problem = read_regular_file(p, kMaxCaFileBytes, pem, &ca_errno);
+    if (problem.empty()) problem = ca_pem_problem(pem);
+    if (!problem.empty()) {
+      result.errors.push_back(Diagnostic{file, ca.mark, ca.key_path, quote(p.string()) + ": " + problem});
+      continue;
+    }
+    resolved.push_back(p.lexically_normal().string());
+  }
+  if (!result.errors.empty()) {
+    result.config.reset();
+    return result;
+  }
+  result.config->network.tls_ca_files = std::move(resolved);
   return result;
 }
 

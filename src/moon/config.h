@@ -10,9 +10,13 @@
 //   egress:
 //     deny: [evil.example.com, "*.bad.example", 203.0.113.7]
 //     allow_private: [10.0.0.0/8, "fd00::/8"]
+//     connect_to:                    # "HOST:PORT": "ADDR:PORT", as curl --connect-to
+//       "api.example.com:443": "127.0.0.1:8443"
 //   proxy:
 //     allow:
 //       - {host: api.example.com, port: 443, protocol: https}
+//   tls:
+//     ca_files: [/etc/soyaos/test-ca.pem]   # relative paths: from moon.yaml's directory
 //
 // Parsed with the manifest stage's bounded YAML tree (same limits: no anchors, aliases or
 // tags, bounded depth and node count, 4 MiB) and the same strictness: unknown and
@@ -33,6 +37,8 @@ namespace soyaos::moon {
 
 // Upper bound on moon.yaml's size; larger files are refused before parsing.
 inline constexpr std::size_t kMaxMoonConfigBytes = std::size_t{4} << 20;  // 4 MiB
+// Upper bound on one tls.ca_files file (a bundle of every public root is ~220 KiB).
+inline constexpr std::size_t kMaxCaFileBytes = std::size_t{4} << 20;  // 4 MiB
 
 struct MoonConfig {
   std::filesystem::path path;  // the file read; empty when none exists (defaults)
@@ -40,6 +46,14 @@ struct MoonConfig {
   // proxy.allow: key_path "proxy.allow[i]", the same triple rules as a manifest egress
   // entry (M2), protocol https | http | tcp only.
   std::vector<manifest::EgressEntry> proxy_allow;
+  // tls.ca_files as written, with where (network.tls_ca_files holds them resolved and
+  // checked once load_moon_config has read them).
+  struct CaFile {
+    std::string path;
+    manifest::Mark mark;
+    std::string key_path;  // "tls.ca_files[i]"
+  };
+  std::vector<CaFile> ca_files;
 };
 
 struct MoonConfigLoad {
@@ -55,10 +69,14 @@ struct MoonConfigLoad {
 // link in $SOYAOS_HOME can write moon.yaml itself — and a config symlinked from a
 // dotfiles checkout is common. What the path leads to must be a regular file: it is
 // opened O_NONBLOCK (a FIFO cannot hang the run) and fstat()ed before anything is read.
+// Each tls.ca_files entry is resolved (relative: from moon.yaml's directory) and read the
+// same way; it must hold at least one PEM certificate, and every certificate block in it
+// must parse — otherwise an error naming the entry's line:column.
 MoonConfigLoad load_moon_config(const std::filesystem::path& home);
 
-// Parses moon.yaml text; `file` names it in diagnostics. No I/O; never throws; an empty
-// document (or one holding only comments) is the defaults.
+// Parses moon.yaml text; `file` names it in diagnostics. No I/O (tls.ca_files are copied
+// as written into network.tls_ca_files, not read); never throws; an empty document (or one
+// holding only comments) is the defaults.
 MoonConfigLoad parse_moon_config(std::string_view text, const std::string& file);
 
 }  // namespace soyaos::moon

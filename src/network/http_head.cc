@@ -272,7 +272,14 @@ HttpHeadParse parse_http_head(std::span<const uint8_t> bytes) {
     }
     ++lines;
   }
-  if (st.hosts == 0) return invalid("no Host field");
+  // RFC 9112 3.2: HTTP/1.1 requires Host; but a request whose target carries the authority
+  // (CONNECT host:port, or an absolute URI to a proxy) names its host there, and clients send
+  // such requests without Host (Python's http.client: `CONNECT host:port HTTP/1.0`). A proxy
+  // uses the target (RFC 9112 3.2.2). An origin-form request still needs its Host.
+  if (st.hosts == 0 && h.target_form != TargetForm::authority && h.target_form != TargetForm::absolute) {
+    return invalid("no Host field");
+  }
+  h.has_host = st.hosts > 0;
   if (h.chunked && h.content_length) return invalid("both Content-Length and Transfer-Encoding");
   if (h.chunked && h.minor_version == 0) return invalid("Transfer-Encoding in an HTTP/1.0 request");
   h.head_size = at;

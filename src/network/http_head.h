@@ -38,6 +38,7 @@ struct HttpHead {
   // brackets ("[::1]") so it can never be mistaken for a name.
   std::string host;
   std::optional<uint16_t> port;
+  bool has_host = false;  // a Host field was sent (only authority- and absolute-form may omit it)
   std::vector<std::pair<std::string, std::string>> fields;  // name and value as sent, OWS trimmed
   std::optional<uint64_t> content_length;
   bool chunked = false;  // a Transfer-Encoding field is present (its last coding must be chunked)
@@ -57,8 +58,9 @@ struct HttpHeadParse {
 // `METHOD SP request-target SP HTTP/1.0|HTTP/1.1` CRLF, then at most 100 fields
 // `token ":" OWS value OWS` CRLF, then CRLF; at most 16 KiB in all. Lines end with CRLF
 // only: a bare LF or bare CR is invalid, as is obsolete line folding. Exactly one Host
-// field with a valid host[:port]. Content-Length and Transfer-Encoding together, or two
-// Content-Length fields, are invalid. Bytes after the head (a body) are not looked at.
+// field with a valid host[:port] — or none, for a CONNECT (authority-form) or absolute-form
+// request, whose target names the host (has_host false, host empty). Content-Length and
+// Transfer-Encoding together, or two Content-Length fields, are invalid. Bytes after the head (a body) are not looked at.
 HttpHeadParse parse_http_head(std::span<const uint8_t> bytes);
 
 // Why the egress gateway refuses a parsed head on an `http` entry although its Host

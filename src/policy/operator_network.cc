@@ -251,6 +251,16 @@ bool OperatorNetwork::denies_address(const IpAddress& addr) const {
   });
 }
 
+std::optional<ConnectTarget> OperatorNetwork::connect_target(std::string_view host, uint16_t port) const {
+  if (connect_to.empty()) return std::nullopt;
+  std::string h = lower(host);
+  if (!h.empty() && h.back() == '.') h.pop_back();
+  if (const auto ip = parse_ip(h)) h = to_string(*ip);  // one spelling per address
+  const auto it = connect_to.find({h, port});
+  if (it == connect_to.end()) return std::nullopt;
+  return it->second;
+}
+
 bool OperatorNetwork::private_allowed(const IpAddress& addr) const {
   return std::any_of(allow_private.begin(), allow_private.end(), [&](const Cidr& r) { return contains(r, addr); });
 }

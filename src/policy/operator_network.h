@@ -1,7 +1,8 @@
 // The operator's network policy (SPEC.md C6, C6a), as plain data: what the Moon's
-// configuration (`moon.yaml`: dns.hosts, dns.upstream, egress.deny, egress.allow_private)
-// says about every run on this machine. Parsed by src/moon/config.cc; read by the egress
-// gateway and the DNS stub (src/supervisor). No I/O here.
+// configuration (`moon.yaml`: dns.hosts, dns.upstream, egress.deny, egress.allow_private,
+// egress.connect_to, proxy.allow, tls.ca_files) says about every run on this machine.
+// Parsed by src/moon/config.cc; read by the egress gateway and the DNS stub
+// (src/supervisor). No I/O here.
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "manifest/manifest.h"
@@ -67,6 +69,14 @@ struct DnsUpstream {
   uint16_t port = 53;
 };
 
+// An egress.connect_to target: where the gateway connects instead of the address the name
+// resolves to (and the port the agent asked for), as curl's --connect-to.
+struct ConnectTarget {
+  IpAddress addr;
+  uint16_t port = 0;
+  friend auto operator<=>(const ConnectTarget&, const ConnectTarget&) = default;
+};
+
 struct OperatorNetwork {
   // dns.hosts: lower-cased DNS name -> its addresses, in file order. Consulted before the
   // upstream resolver, like /etc/hosts; its addresses are trusted as given (C6).
@@ -81,6 +91,14 @@ struct OperatorNetwork {
   // proxy.allow: the Moon proxy's own allowlist (C7), host + port + protocol
   // (https | http | tcp), key paths "proxy.allow[i]".
   std::vector<manifest::EgressEntry> proxy_allow;
+  // egress.connect_to: (lower-cased DNS name, or an IP literal in to_string form; port) ->
+  // where the gateway, the UDP relays and the Moon proxy connect for that destination.
+  // Trusted as given, like dns.hosts (no rebinding rule), any protocol.
+  std::map<std::pair<std::string, uint16_t>, ConnectTarget> connect_to;
+  // tls.ca_files: absolute paths of PEM files (each holding at least one certificate,
+  // checked when moon.yaml is loaded) trusted in addition to the system's roots wherever the
+  // Moon verifies an upstream's TLS certificate (SPEC C11, C12).
+  std::vector<std::string> tls_ca_files;
 
   // True when `host` (a lower-case DNS name, or an IP literal in to_string form) matches an
   // egress.deny pattern: exact, wildcard strictly below (manifest::host_matches), or the
@@ -88,6 +106,8 @@ struct OperatorNetwork {
   [[nodiscard]] bool denies(std::string_view host) const;
   // True when some form of `addr` (address_forms) is an egress.deny address.
   [[nodiscard]] bool denies_address(const IpAddress& addr) const;
+  // The egress.connect_to target for a connection to `host` (as `denies` takes it) on `port`.
+  [[nodiscard]] std::optional<ConnectTarget> connect_target(std::string_view host, uint16_t port) const;
   // True when `addr` falls in an egress.allow_private range.
   [[nodiscard]] bool private_allowed(const IpAddress& addr) const;
   // True when some form of `addr` is private (is_private_address) and no egress.allow_private

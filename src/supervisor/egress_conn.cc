@@ -61,6 +61,16 @@ void EgressService::Impl::resolve(Conn* c) {
   c->state = State::resolving;
   c->deadline = now_ms() + limits.connect_timeout_ms;
   update_interest(c);
+  c->upstream_port = c->port;
+  // egress.connect_to (C6a): the operator names the address and port for this destination,
+  // trusted as given like dns.hosts; the checks on the agent's side are unchanged.
+  if (auto target = plan.operator_network().connect_target(c->host, c->port)) {
+    c->connect_to = true;
+    c->upstream_port = target->port;
+    c->addrs = {{target->addr, true}};
+    connect_next(c);
+    return;
+  }
   if (c->literal) {
     c->addrs = {{c->literal_addr, false}};
     connect_next(c);
@@ -120,6 +130,12 @@ std::optional<std::string> EgressService::Impl::address_refusal(const ResolvedAd
   return std::nullopt;
 }
 
+// "connect 127.0.0.1:8443: Connection refused" (an IPv6 address in brackets).
+std::string EgressService::Impl::connect_failure(const policy::IpAddress& addr, uint16_t port, int err) {
+  const std::string a = policy::to_string(addr);
+  return "connect " + (addr.v6 ? "[" + a + "]" : a) + ":" + std::to_string(port) + ": " + std::strerror(err);
+}
+
 void EgressService::Impl::connect_next(Conn* c) {
   std::string refused_detail, refused_addr;
   while (c->next_addr < c->addrs.size()) {
@@ -130,11 +146,17 @@ void EgressService::Impl::connect_next(Conn* c) {
       continue;
     }
     sockaddr_storage ss{};
-    socklen_t len = to_sockaddr(a.addr, c->port, &ss);
+    socklen_t len = to_sockaddr(a.addr, c->upstream_port, &ss);
     UniqueFd s(::socket(a.addr.v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!s) continue;
+    if (!s) {
+      c->connect_error = "socket: " + std::string(std::strerror(errno));
+      continue;
+    }
     const int rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len);
-    if (rc != 0 && errno != EINPROGRESS) continue;
+    if (rc != 0 && errno != EINPROGRESS) {
+      c->connect_error = connect_failure(a.addr, c->upstream_port, errno);
+      continue;
+    }
     c->upstream = std::move(s);
     c->upstream_addr = a.addr;
     c->state = State::connecting;
@@ -158,7 +180,9 @@ void EgressService::Impl::connect_next(Conn* c) {
            c->proxy ? "Moon proxy: " + refused_detail : refused_detail);
     return;
   }
-  fail_upstream(c, "no upstream address of " + c->host + " accepted the connection");
+  // Say why (the last address's error): a bare reset tells the agent's author nothing.
+  fail_upstream(c, c->connect_error.empty() ? "no upstream address of " + c->host + " accepted the connection"
+                                            : c->connect_error);
 }
 
 // The destination could not be reached: not the agent's violation, but reported.
@@ -185,6 +209,7 @@ void EgressService::Impl::connected(Conn* c) {
   if (::getsockopt(c->upstream.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   if (err == EINPROGRESS) return;
   if (err != 0) {
+    c->connect_error = connect_failure(c->upstream_addr, c->upstream_port, err);
     unwatch(c->upstream.get());
     c->upstream.reset();
     c->ev_up = UINT32_MAX;

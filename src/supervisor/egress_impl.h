@@ -96,6 +96,9 @@ struct EgressService::Impl {
     std::vector<ResolvedAddress> addrs;
     size_t next_addr = 0;
     policy::IpAddress upstream_addr;
+    uint16_t upstream_port = 0;  // `port`, or the egress.connect_to target's
+    bool connect_to = false;     // egress.connect_to chose the upstream
+    std::string connect_error;   // why the last upstream address failed, for egress_closed
     Half up, down;  // up: agent -> upstream; down: upstream -> agent
     uint64_t bytes_out = 0, bytes_in = 0;
     int64_t deadline = 0, last_activity = 0, started = 0;
@@ -135,6 +138,8 @@ struct EgressService::Impl {
     int fd = -1;
     bool resolving = false, refused = false;
     std::optional<policy::IpAddress> addr;
+    uint16_t port = 0;        // where datagrams go: the entry's port, or egress.connect_to's
+    bool connect_to = false;  // egress.connect_to chose addr and port
     std::deque<std::pair<std::pair<sockaddr_storage, socklen_t>, std::string>> pending;
     std::map<std::string, std::unique_ptr<Flow>> flows;
     Watch w{Kind::relay, nullptr};
@@ -204,6 +209,7 @@ struct EgressService::Impl {
   void resolved();
   std::optional<std::string> address_refusal(const ResolvedAddress& a) const;
   void connect_next(Conn* c);
+  static std::string connect_failure(const policy::IpAddress& addr, uint16_t port, int err);
   void fail_upstream(Conn* c, const std::string& why);
   void connected(Conn* c);
   void pump(Conn* c);
@@ -218,6 +224,7 @@ struct EgressService::Impl {
   void forward(Relay* r, const sockaddr_storage& from, socklen_t len, std::string_view data);
   void flow_ready(Flow* f);
   void close_flow(Flow* f, const std::string& reason);
+  static std::string relay_target(const Relay& r);
 
   // egress_proxy.cc: the Moon proxy (C7)
   void proxy_accept();
@@ -225,6 +232,8 @@ struct EgressService::Impl {
   std::string proxy_entry_key() const;
   void proxy_reply(Conn* c, const char* status, const std::string& body);
   void proxy_refuse(Conn* c, const std::string& target, const std::string& detail);
+  void proxy_bad_request(Conn* c, const std::string& why);
+  static std::string proxy_request_resource(const Conn& c);
   static bool split_authority(std::string_view a, std::string* host, uint16_t* port);
   void proxy_request(Conn* c);
   void proxy_tunnel_hello(Conn* c);

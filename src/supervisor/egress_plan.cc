@@ -57,8 +57,15 @@ Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy:
   p.network_ = &network;
   p.proxy_allow_ = std::move(proxy_allow);
   p.plan_.catch_all_tcp = policy.egress_any;
-  if (policy.moon_proxy) p.plan_.proxy_port = policy::kMoonProxyPort;
-  const auto& entries = policy.egress;
+  p.entries_ = policy.egress;
+  if (policy.moon_proxy) {
+    p.plan_.proxy_port = policy::kMoonProxyPort;
+    // The Moon proxy also serves clients that ignore the proxy variables (Node's fetch):
+    // proxy.allow's entries join the pack's, so their names resolve to fake addresses and
+    // their connections get the gateway's checks (SNI / Host / port) against proxy.allow.
+    p.entries_.insert(p.entries_.end(), p.proxy_allow_.begin(), p.proxy_allow_.end());
+  }
+  const auto& entries = p.entries_;
   p.denied_.resize(entries.size(), false);
   for (size_t i = 0; i < entries.size(); ++i) p.denied_[i] = network.denies(entries[i].host);
 
@@ -159,7 +166,7 @@ std::vector<size_t> EgressPlan::entries_for_name(const std::string& name) const 
   // (issue #15: a wildcard entry reached a name egress.deny lists). A name that is not
   // canonical (network::canonical_host_name) matches nothing: callers canonicalise first.
   if (!is_canonical_name(name) || network_->denies(name)) return out;
-  const auto& entries = policy_->egress;
+  const auto& entries = entries_;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (denied_[i] || entries[i].protocol == Protocol::moon_proxy) continue;
     if (policy::parse_ip(entries[i].host)) continue;
@@ -169,7 +176,7 @@ std::vector<size_t> EgressPlan::entries_for_name(const std::string& name) const 
 }
 
 std::optional<size_t> EgressPlan::denied_entry_for_name(const std::string& name) const {
-  const auto& entries = policy_->egress;
+  const auto& entries = entries_;
   const bool name_denied = network_->denies(name);
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].protocol == Protocol::moon_proxy || policy::parse_ip(entries[i].host)) continue;
@@ -193,8 +200,8 @@ std::optional<uint32_t> EgressPlan::fake_address_for(const std::string& name) {
     // the ports of every entry covering the name).
     std::optional<std::pair<size_t, uint32_t>> best;
     for (const auto& [i, block] : wildcard_blocks_) {
-      if (!manifest::host_matches(policy_->egress[i].host, name)) continue;
-      if (!best || policy_->egress[i].host.size() > policy_->egress[best->first].host.size()) best = {i, block};
+      if (!manifest::host_matches(entries_[i].host, name)) continue;
+      if (!best || entries_[i].host.size() > entries_[best->first].host.size()) best = {i, block};
     }
     if (!best) return std::nullopt;
     uint32_t& next = block_next_[best->second];
@@ -222,7 +229,7 @@ EgressDecision EgressPlan::decide_name(const std::string& name, uint16_t port, b
     d.closest = "capabilities.egress";
     return d;
   }
-  const auto& entries = policy_->egress;
+  const auto& entries = entries_;
   for (size_t i : entries_for_name(name)) {
     const bool entry_udp = entries[i].protocol == Protocol::udp;
     if (entries[i].port == port && entry_udp == udp) {
@@ -243,7 +250,7 @@ EgressDecision EgressPlan::decide_literal(const policy::IpAddress& addr, uint16_
     if (!d.any) d.closest = "capabilities.egress";
     return d;
   }
-  const auto& entries = policy_->egress;
+  const auto& entries = entries_;
   for (size_t i = 0; i < entries.size(); ++i) {
     auto ip = policy::parse_ip(entries[i].host);
     if (denied_[i] || !ip || *ip != addr) continue;

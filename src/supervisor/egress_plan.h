@@ -55,7 +55,8 @@ class EgressPlan {
   [[nodiscard]] const std::vector<manifest::EgressEntry>& proxy_allow() const { return proxy_allow_; }
 
   // --- DNS stub ---
-  // The entries (not denied by the operator) whose host pattern covers `name`.
+  // The entries (not denied by the operator) whose host pattern covers `name` (indexes as
+  // entry() takes them).
   [[nodiscard]] std::vector<size_t> entries_for_name(const std::string& name) const;
   // The first entry whose pattern covers `name` although the operator denies it, if any.
   [[nodiscard]] std::optional<size_t> denied_entry_for_name(const std::string& name) const;
@@ -73,12 +74,17 @@ class EgressPlan {
   [[nodiscard]] EgressDecision decide_literal(const policy::IpAddress& addr, uint16_t port, bool udp) const;
   // The manifest entry each UDP relay serves (plan.allow_udp[i] <-> udp_entries()[i]).
   [[nodiscard]] const std::vector<size_t>& udp_entries() const { return udp_entries_; }
-  [[nodiscard]] const manifest::EgressEntry& entry(size_t i) const { return policy_->egress[i]; }
+  // Entry i: the pack's capabilities.egress[i], then (for a moon-proxy pack) the operator's
+  // proxy.allow entries, key paths "proxy.allow[j]".
+  [[nodiscard]] const manifest::EgressEntry& entry(size_t i) const { return entries_[i]; }
+  // True for an entry that came from proxy.allow (reached without the proxy variables).
+  [[nodiscard]] bool from_proxy_allow(size_t i) const { return i >= policy_->egress.size(); }
 
  private:
   const policy::Policy* policy_ = nullptr;
   const policy::OperatorNetwork* network_ = nullptr;
   comet::NetworkPlan plan_;
+  std::vector<manifest::EgressEntry> entries_;       // see entry()
   std::vector<bool> denied_;                         // per entry: egress.deny covers its host
   std::map<std::string, uint32_t> name_to_fake_;     // every name handed out so far
   std::map<uint32_t, std::string> fake_to_name_;

@@ -52,6 +52,34 @@ void EgressService::Impl::proxy_reply(Conn* c, const char* status, const std::st
   close_conn(c, status, false);
 }
 
+// The request itself as a violation's resource: "moon-proxy:" and its first line (up to
+// 120 bytes), bytes outside printable ASCII as \xNN — a malformed request has no target to
+// name, and the line is what the agent sent.
+std::string EgressService::Impl::proxy_request_resource(const Conn& c) {
+  std::string out = "moon-proxy:";
+  const size_t end = std::min({c.head.find("\r\n"), c.head.find('\n'), c.head.size(), size_t{120}});
+  for (size_t i = 0; i < end; ++i) {
+    const auto u = static_cast<unsigned char>(c.head[i]);
+    if (u >= 0x20 && u < 0x7f && u != '\\') {
+      out += static_cast<char>(u);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    }
+  }
+  if (end < c.head.size() && end == 120) out += "...";
+  return out;
+}
+
+// A request the proxy cannot or will not parse (SPEC C7: malformed requests included): 400
+// and a violation naming the request; the agent's next request on a new connection is served.
+void EgressService::Impl::proxy_bad_request(Conn* c, const std::string& why) {
+  violation(proxy_request_resource(*c), "connect", "EPROTO", c->entry_key, "Moon proxy: " + why);
+  proxy_reply(c, "400 Bad Request", "soyaos moon proxy: " + why + "\n");
+}
+
 void EgressService::Impl::proxy_refuse(Conn* c, const std::string& target, const std::string& detail) {
   violation(target, "connect", "EACCES", c->entry_key, "Moon proxy: " + detail);
   proxy_reply(c, "403 Forbidden", "soyaos moon proxy: " + detail + "\n");
@@ -89,7 +117,7 @@ void EgressService::Impl::proxy_request(Conn* c) {
   auto parsed = network::parse_http_head(bytes);
   if (parsed.status == network::ParseStatus::need_more && c->head.size() < network::kHttpMaxHead) return;
   if (parsed.status != network::ParseStatus::complete) {
-    proxy_reply(c, "400 Bad Request", "soyaos moon proxy: " + parsed.reason + "\n");
+    proxy_bad_request(c, parsed.reason);
     return;
   }
   const auto& h = parsed.head;
@@ -97,7 +125,7 @@ void EgressService::Impl::proxy_request(Conn* c) {
   uint16_t port = 0;
   if (h.target_form == network::TargetForm::authority) {
     if (!split_authority(h.target, &host, &port)) {
-      proxy_reply(c, "400 Bad Request", "soyaos moon proxy: CONNECT needs HOST:PORT\n");
+      proxy_bad_request(c, "CONNECT needs HOST:PORT");
       return;
     }
     c->proxy_connect = true;
@@ -109,7 +137,7 @@ void EgressService::Impl::proxy_request(Conn* c) {
     if (t.size() <= kScheme.size() ||
         !std::equal(kScheme.begin(), kScheme.end(), t.begin(),
                     [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
-      proxy_reply(c, "400 Bad Request", "soyaos moon proxy: only http:// in absolute form (use CONNECT for https)\n");
+      proxy_bad_request(c, "only http:// in absolute form (use CONNECT for https)");
       return;
     }
     t.remove_prefix(kScheme.size());
@@ -120,15 +148,15 @@ void EgressService::Impl::proxy_request(Conn* c) {
     if (authority.find(':') == std::string_view::npos || (authority.front() == '[' && authority.back() == ']')) {
       std::string a = std::string(authority) + ":80";
       if (!split_authority(a, &host, &port)) {
-        proxy_reply(c, "400 Bad Request", "soyaos moon proxy: bad request target\n");
+        proxy_bad_request(c, "bad request target");
         return;
       }
     } else if (!split_authority(authority, &host, &port)) {
-      proxy_reply(c, "400 Bad Request", "soyaos moon proxy: bad request target\n");
+      proxy_bad_request(c, "bad request target");
       return;
     }
   } else {
-    proxy_reply(c, "400 Bad Request", "soyaos moon proxy: not a proxy request (absolute URI or CONNECT)\n");
+    proxy_bad_request(c, "not a proxy request (absolute URI or CONNECT)");
     return;
   }
   c->host = host;
@@ -170,8 +198,10 @@ void EgressService::Impl::proxy_request(Conn* c) {
   if (!c->proxy_connect) {
     // The Host field must name the request's own target: forwarded as it is, another
     // name would reach another site on the same upstream (virtual-host fronting).
+    // Without a Host field (HTTP/1.0 clients may omit it) the target names the host, and the
+    // forwarded request gets a Host naming exactly that target.
     const std::string want = c->literal && c->literal_addr.v6 ? "[" + c->host + "]" : c->host;
-    if (h.host != want || (h.port && *h.port != port) || (!h.port && port != 80)) {
+    if (h.has_host && (h.host != want || (h.port && *h.port != port) || (!h.port && port != 80))) {
       proxy_refuse(c, target, "the Host field `" + h.host + (h.port ? ":" + std::to_string(*h.port) : "") +
                                   "` does not name the request's target `" + c->host + ":" + std::to_string(port) +
                                   "`");
@@ -196,6 +226,10 @@ void EgressService::Impl::proxy_request(Conn* c) {
         continue;
       }
       out += name + ": " + value + "\r\n";
+    }
+    if (!h.has_host) {
+      out += "Host: " + (c->literal && c->literal_addr.v6 ? "[" + c->host + "]" : c->host) +
+             (port == 80 ? std::string() : ":" + std::to_string(port)) + "\r\n";
     }
     out += "Connection: close\r\n\r\n";
     c->head = out + rest;

@@ -94,7 +94,14 @@ auto EgressService::Impl::base(const Conn& c) const -> Json {
          {"host", c.host},
          {"port", c.port},
          {"protocol", c.protocol}};
-  if (c.proxy) d["via"] = "moon-proxy";
+  // Allowed by the Moon proxy's proxy.allow: through the proxy variables, or (an entry()
+  // from proxy.allow) by a client that ignored them and came through the gateway.
+  if (c.proxy || (c.entry && plan.from_proxy_allow(*c.entry))) d["via"] = "moon-proxy";
+  if (c.connect_to && !c.addrs.empty()) {  // egress.connect_to chose where to connect
+    const auto& a = c.addrs.front().addr;
+    d["connect_to"] = (a.v6 ? "[" + policy::to_string(a) + "]" : policy::to_string(a)) + ":" +
+                      std::to_string(c.upstream_port);
+  }
   if (!c.sni.empty()) d["sni"] = c.sni;  // https: the SNI that was checked (also on egress_closed)
   return d;
 }
@@ -272,8 +279,14 @@ void EgressService::Impl::expire() {
     // A slow client (slowloris) or a silent upstream is closed, not reported.
     if (c->state == State::relaying) {
       close_conn(c, "idle timeout", true);
-    } else if (c->state == State::connecting || c->state == State::resolving) {
-      fail_upstream(c, "timed out connecting to " + c->host);
+    } else if (c->state == State::connecting) {
+      const std::string a = policy::to_string(c->upstream_addr);
+      fail_upstream(c, "connect " + (c->upstream_addr.v6 ? "[" + a + "]" : a) + ":" +
+                           std::to_string(c->upstream_port) + ": timed out after " +
+                           std::to_string(limits.connect_timeout_ms / 1000) + " s");
+    } else if (c->state == State::resolving) {
+      fail_upstream(c, "resolve " + c->host + ": timed out after " + std::to_string(limits.connect_timeout_ms / 1000) +
+                           " s");
     } else {
       close_conn(c, "no request within the time limit", true);
     }

@@ -7,6 +7,12 @@
 
 namespace soyaos::supervisor {
 
+// "ADDR:PORT" where a relay sends (IPv6 in brackets), for the events' connect_to.
+std::string EgressService::Impl::relay_target(const Relay& r) {
+  const std::string a = policy::to_string(*r.addr);
+  return (r.addr->v6 ? "[" + a + "]" : a) + ":" + std::to_string(r.port);
+}
+
 void EgressService::Impl::relay_ready(Relay* r) {
   for (int budget = 0; budget < 64; ++budget) {
     char buf[65536];
@@ -20,7 +26,13 @@ void EgressService::Impl::relay_ready(Relay* r) {
       if (!r->resolving) {
         r->resolving = true;
         const auto& e = plan.entry(r->entry);
-        if (auto ip = policy::parse_ip(e.host)) {
+        r->port = e.port;
+        if (auto target = plan.operator_network().connect_target(e.host, e.port)) {
+          r->connect_to = true;  // egress.connect_to: trusted as given, like dns.hosts
+          r->port = target->port;
+          std::vector<ResolvedAddress> one{{target->addr, true}};
+          relay_resolved(r->index, Result<std::vector<ResolvedAddress>>(one));
+        } else if (auto ip = policy::parse_ip(e.host)) {
           std::vector<ResolvedAddress> one{{*ip, false}};
           relay_resolved(r->index, Result<std::vector<ResolvedAddress>>(one));
         } else {
@@ -76,7 +88,7 @@ void EgressService::Impl::forward(Relay* r, const sockaddr_storage& from, sockle
     }
     const auto& e = plan.entry(r->entry);
     sockaddr_storage dst{};
-    socklen_t dlen = to_sockaddr(*r->addr, e.port, &dst);
+    socklen_t dlen = to_sockaddr(*r->addr, r->port, &dst);
     UniqueFd up(::socket(r->addr->v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!up || ::connect(up.get(), reinterpret_cast<sockaddr*>(&dst), dlen) != 0) return;
     auto f = std::make_unique<Flow>();
@@ -89,9 +101,10 @@ void EgressService::Impl::forward(Relay* r, const sockaddr_storage& from, sockle
     f->w.obj = f.get();
     if (!watch(f->up.get(), EPOLLIN, &f->w)) return;
     if (cb.event) {
-      cb.event("egress_opened", Json{{"connection", f->id}, {"entry", e.key_path}, {"host", e.host},
-                                    {"port", e.port}, {"protocol", "udp"},
-                                    {"address", policy::to_string(*r->addr)}});
+      Json d{{"connection", f->id}, {"entry", e.key_path}, {"host", e.host},
+             {"port", e.port}, {"protocol", "udp"}, {"address", policy::to_string(*r->addr)}};
+      if (r->connect_to) d["connect_to"] = relay_target(*r);
+      cb.event("egress_opened", std::move(d));
     }
     it = r->flows.emplace(key, std::move(f)).first;
   }
@@ -118,11 +131,14 @@ void EgressService::Impl::flow_ready(Flow* f) {
 void EgressService::Impl::close_flow(Flow* f, const std::string& reason) {
   const auto& e = plan.entry(f->relay->entry);
   if (cb.event) {
-    cb.event("egress_closed", Json{{"connection", f->id}, {"entry", e.key_path}, {"host", e.host},
-                                  {"port", e.port}, {"protocol", "udp"},
-                                  {"address", policy::to_string(*f->relay->addr)},
-                                  {"bytes_out", f->bytes_out}, {"bytes_in", f->bytes_in},
-                                  {"duration_ms", now_ms() - f->started}, {"reason", reason}});
+    Json d{{"connection", f->id}, {"entry", e.key_path}, {"host", e.host},
+           {"port", e.port}, {"protocol", "udp"}, {"address", policy::to_string(*f->relay->addr)}};
+    if (f->relay->connect_to) d["connect_to"] = relay_target(*f->relay);
+    d["bytes_out"] = f->bytes_out;
+    d["bytes_in"] = f->bytes_in;
+    d["duration_ms"] = now_ms() - f->started;
+    d["reason"] = reason;
+    cb.event("egress_closed", std::move(d));
   }
   unwatch(f->up.get());
   Relay* r = f->relay;

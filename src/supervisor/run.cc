@@ -194,6 +194,18 @@ RunReport run_pack(const RunRequest& request) {
   std::map<std::string, uint64_t> dropped_events;  // per type, past their caps (E4)
   auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
     std::lock_guard lock(emit_mu);
+    if (type == "egress_closed" && data.value("reason", "") == "upstream unreachable" &&
+        report.upstream_failures.size() < kMaxUpstreamFailures) {
+      // The agent saw only a reset (or the Moon proxy's 502): the summary says why.
+      const std::string host = data.value("host", "");
+      const uint64_t port = data.value("port", uint64_t{0});
+      std::string line = egress_target(host, static_cast<uint16_t>(port), data.value("protocol", "")) + ": " +
+                         data.value("error", "unreachable");
+      if (std::find(report.upstream_failures.begin(), report.upstream_failures.end(), line) ==
+          report.upstream_failures.end()) {
+        report.upstream_failures.push_back(std::move(line));
+      }
+    }
     if (type == "dns_query" || type == "egress_opened" || type == "egress_closed") {
       if (++network_events > kMaxNetworkEvents) {
         ++dropped_events[type];

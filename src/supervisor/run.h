@@ -24,6 +24,8 @@ inline constexpr int kExitTimeout = 124;
 inline constexpr int kExitSetup = 125;
 inline constexpr int kExitNotExecutable = 126;
 inline constexpr int kExitKilled = 137;
+// RunReport::upstream_failures keeps at most this many distinct lines.
+inline constexpr size_t kMaxUpstreamFailures = 20;
 
 // Emits one more event of this run (same envelope and run identity).
 using EmitFn = std::function<void(const std::string& type, nlohmann::ordered_json data)>;
@@ -75,6 +77,10 @@ struct RunReport {
   // connection or flow (from egress_opened), and "moon-proxy" when the Moon proxy relayed
   // one: what `pack test` counts as exercised.
   std::vector<std::string> egress_used;
+  // Upstreams the gateway, a UDP relay or the Moon proxy could not reach, one line each
+  // ("api.example.com:443/https: connect 127.0.0.1:8443: Connection refused"), distinct,
+  // at most kMaxUpstreamFailures: the agent saw only a reset or a 502, the summary says why.
+  std::vector<std::string> upstream_failures;
 };
 
 // Never throws; every failure is in the report (exit 125 with `error`).

@@ -115,7 +115,7 @@ NetServer::NetServer(const Options& options) : options_(options) {
   len = sizeof ss;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
   port_ = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  if (options.kind == Kind::kTls) ssl_ctx_ = make_tls_context();
+  if (options.kind == Kind::kTls || options.kind == Kind::kHttps) ssl_ctx_ = make_tls_context();
   if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   thread_ = std::thread([this, udp] { udp ? udp_loop() : accept_loop(); });
 }
@@ -232,6 +232,7 @@ void NetServer::serve(int fd) {
       serve_http(fd, got);
       break;
     case Kind::kTls:
+    case Kind::kHttps:
       serve_tls(fd, got);
       break;
     case Kind::kSentinel: {
@@ -260,10 +261,29 @@ void NetServer::serve_tcp_echo(int fd, std::string& got) {
 }
 
 void NetServer::serve_http(int fd, std::string& got) {
+  serve_http_with(
+      got,
+      [fd](char* buf, size_t n) -> ssize_t {
+        for (;;) {
+          ssize_t r = ::recv(fd, buf, n, 0);
+          if (r < 0 && errno == EINTR) continue;
+          return r;
+        }
+      },
+      [fd](const std::string& out) { return write_all(fd, out.data(), out.size()); });
+  ::shutdown(fd, SHUT_WR);
+  // Let the client read the response before the close (a close with unread data would
+  // reset the connection).
+  char buf[4096];
+  while (::recv(fd, buf, sizeof buf, 0) > 0) {
+  }
+}
+
+void NetServer::serve_http_with(std::string& got, const std::function<ssize_t(char*, size_t)>& read,
+                                const std::function<bool(const std::string&)>& write) {
   char buf[4096];
   while (got.find("\r\n\r\n") == std::string::npos && got.size() < 16384) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = read(buf, sizeof buf);
     if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
   }
@@ -291,12 +311,7 @@ void NetServer::serve_http(int fd, std::string& got) {
   std::string body = "hello from " + host;
   std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-  write_all(fd, response.data(), response.size());
-  ::shutdown(fd, SHUT_WR);
-  // Let the client read the response before the close (a close with unread data would
-  // reset the connection).
-  while (::recv(fd, buf, sizeof buf, 0) > 0) {
-  }
+  write(response);
 }
 
 void NetServer::serve_tls(int fd, std::string& got) {
@@ -309,7 +324,12 @@ void NetServer::serve_tls(int fd, std::string& got) {
     std::lock_guard lock(mu_);
     record_.sni.emplace_back(sni != nullptr ? sni : "");
   }
-  if (accepted == 1) {
+  if (accepted == 1 && options_.kind == Kind::kHttps) {
+    serve_http_with(
+        got, [ssl](char* buf, size_t n) -> ssize_t { return SSL_read(ssl, buf, static_cast<int>(n)); },
+        [ssl](const std::string& out) { return SSL_write(ssl, out.data(), static_cast<int>(out.size())) > 0; });
+    SSL_shutdown(ssl);
+  } else if (accepted == 1) {
     char buf[16384];
     while (true) {
       int n = SSL_read(ssl, buf, sizeof buf);

@@ -7,8 +7,11 @@
 // connections are shut down). Counters and records are safe to read while it runs.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,7 +31,7 @@ struct ServerRecord {
 // The common part: a listening (or bound, for UDP) socket, a stop pipe, an accept loop.
 class NetServer {
  public:
-  enum class Kind { kTcpEcho, kTls, kHttp, kUdpEcho, kSentinel };
+  enum class Kind { kTcpEcho, kTls, kHttp, kHttps, kUdpEcho, kSentinel };
   struct Options {
     Kind kind = Kind::kTcpEcho;
     std::string address = "127.0.0.1";  // "127.0.0.1", "::1", "0.0.0.0", "::"
@@ -60,6 +63,9 @@ class NetServer {
   void serve(int fd);
   void serve_tcp_echo(int fd, std::string& got);
   void serve_http(int fd, std::string& got);
+  // One request head read with `read`, recorded, answered with `write` (plain or TLS).
+  void serve_http_with(std::string& got, const std::function<ssize_t(char*, size_t)>& read,
+                       const std::function<bool(const std::string&)>& write);
   void serve_tls(int fd, std::string& got);
 
   int listen_fd_ = -1;
@@ -93,6 +99,13 @@ class TlsEchoServer : public NetServer {
 class HttpServer : public NetServer {
  public:
   explicit HttpServer(const std::string& address = "127.0.0.1") : NetServer({Kind::kHttp, address, 0}) {}
+};
+
+// HttpServer's exchange inside TLS (the TlsEchoServer's self-signed certificate, CN
+// tls.test; clients must not verify it): records the SNI and the request head.
+class HttpsServer : public NetServer {
+ public:
+  explicit HttpsServer(const std::string& address = "127.0.0.1") : NetServer({Kind::kHttps, address, 0}) {}
 };
 
 // Sends every datagram back to its sender.

@@ -228,6 +228,40 @@ TEST(EgressPlan, MoonProxyGetsItsListenerAndNoRedirect) {
   EXPECT_NE(rules.find("ip daddr 127.0.0.1 tcp dport 3128 accept"), std::string::npos) << rules;
 }
 
+// Clients that ignore the proxy variables (SPEC C7): proxy.allow's entries join a moon-proxy
+// pack's, so their names resolve and are redirected on their ports — and nothing else; a pack
+// without moon-proxy gets nothing from proxy.allow.
+TEST(EgressPlan, MoonProxyPackAlsoGetsProxyAllowAsEntries) {
+  auto p = with_entries({entry("moon", 3128, Protocol::moon_proxy, 0)});
+  p.moon_proxy = true;
+  auto allowed = entry("api.example.com", 443, Protocol::https, 0);
+  allowed.key_path = "proxy.allow[0]";
+  auto denied = entry("evil.example.com", 443, Protocol::https, 1);
+  denied.key_path = "proxy.allow[1]";
+  policy::OperatorNetwork net;
+  net.egress_deny = {"evil.example.com"};
+  auto plan = EgressPlan::build(p, net, {allowed, denied});
+  ASSERT_TRUE(plan);
+  const auto ids = plan->entries_for_name("api.example.com");
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(plan->entry(ids[0]).key_path, "proxy.allow[0]");
+  EXPECT_TRUE(plan->from_proxy_allow(ids[0]));
+  EXPECT_FALSE(plan->from_proxy_allow(0));
+  auto fake = plan->fake_address_for("api.example.com");
+  ASSERT_TRUE(fake);
+  EXPECT_EQ(plan->decide_name("api.example.com", 443, false).entries, ids);
+  EXPECT_TRUE(plan->decide_name("api.example.com", 80, false).entries.empty());
+  EXPECT_TRUE(plan->entries_for_name("evil.example.com").empty());  // egress.deny still wins
+  EXPECT_TRUE(plan->entries_for_name("other.example.com").empty());
+  ASSERT_EQ(plan->network_plan().redirect_tcp.size(), 1u);
+  EXPECT_EQ(plan->network_plan().redirect_tcp[0].port, 443);
+
+  auto plain = with_entries({entry("web.example.com", 80, Protocol::http, 0)});
+  auto without = EgressPlan::build(plain, net, {allowed});
+  ASSERT_TRUE(without);
+  EXPECT_TRUE(without->entries_for_name("api.example.com").empty());
+}
+
 TEST(EgressPlan, EgressTargetBracketsIpv6) {
   EXPECT_EQ(egress_target("api.example.com", 443, "https"), "api.example.com:443/https");
   EXPECT_EQ(egress_target("2001:db8::1", 53, "udp"), "[2001:db8::1]:53/udp");

@@ -103,6 +103,33 @@ TEST(HttpHead, ProxyFormsAreReportedDistinctly) {
   EXPECT_EQ(to_string(TargetForm::absolute), "absolute");
 }
 
+// Python's http.client tunnels with `CONNECT host:port HTTP/1.0` and no Host; an absolute
+// URI names its host too. Both parse (has_host false) — the Moon proxy uses the target — while
+// an origin-form request without Host stays invalid, in HTTP/1.0 as in 1.1.
+TEST(HttpHead, HostMayBeMissingOnlyWhereTheTargetNamesTheHost) {
+  HttpHeadParse p = parse("CONNECT api.example.com:443 HTTP/1.0\r\n\r\n");
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_EQ(p.head.target_form, TargetForm::authority);
+  EXPECT_FALSE(p.head.has_host);
+  EXPECT_TRUE(p.head.host.empty());
+  p = parse("CONNECT api.example.com:443 HTTP/1.1\r\nUser-Agent: x\r\n\r\n");
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_FALSE(p.head.has_host);
+  p = parse("GET http://web.example/ HTTP/1.0\r\n\r\n");
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_EQ(p.head.target_form, TargetForm::absolute);
+  EXPECT_FALSE(p.head.has_host);
+  p = parse("CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n");
+  ASSERT_EQ(p.status, ParseStatus::complete) << p.reason;
+  EXPECT_TRUE(p.head.has_host);
+  EXPECT_EQ(p.head.host, "api.example.com");
+  EXPECT_EQ(parse("GET / HTTP/1.0\r\n\r\n").reason, "http: no Host field");
+  EXPECT_EQ(parse("OPTIONS * HTTP/1.1\r\n\r\n").reason, "http: no Host field");
+  // Two Host fields stay invalid whatever the form.
+  EXPECT_EQ(parse("CONNECT a.example:443 HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n").status,
+            ParseStatus::invalid);
+}
+
 TEST(HttpHead, ProxyFieldsAreFlagged) {
   for (std::string_view name : {"Forwarded", "X-Forwarded-For", "x-forwarded-host", "Proxy-Authorization", "Proxy-Connection"}) {
     const std::string req = "GET / HTTP/1.1\r\nHost: a.example\r\n" + std::string(name) + ": x\r\n\r\n";

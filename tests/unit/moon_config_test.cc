@@ -84,6 +84,78 @@ proxy:
   EXPECT_EQ(c.proxy_allow[2].protocol, manifest::Protocol::tcp);
 }
 
+TEST(MoonConfig, ConnectToMapsDestinationsToAddressesAndPorts) {
+  const MoonConfig c = parsed(R"(egress:
+  connect_to:
+    "api.example.com:443": "127.0.0.1:8443"
+    "API.Example.com.:80": "127.0.0.1:8080"
+    "192.0.2.10:5432": "[::1]:15432"
+    "[2001:DB8::1]:53": "127.0.0.53:5353"
+)");
+  const auto& net = c.network;
+  ASSERT_EQ(net.connect_to.size(), 4u);
+  auto t = net.connect_target("api.example.com", 443);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(policy::to_string(t->addr), "127.0.0.1");
+  EXPECT_EQ(t->port, 8443);
+  t = net.connect_target("API.EXAMPLE.COM.", 80);  // the lookup normalises the name too
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->port, 8080);
+  EXPECT_FALSE(net.connect_target("api.example.com", 8443));  // per port: only the ports named
+  EXPECT_FALSE(net.connect_target("other.example.com", 443));
+  t = net.connect_target("192.0.2.10", 5432);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->addr.v6);
+  EXPECT_EQ(t->port, 15432);
+  t = net.connect_target("2001:db8:0::1", 53);  // any spelling of the address
+  ASSERT_TRUE(t);
+  EXPECT_EQ(policy::to_string(t->addr), "127.0.0.53");
+}
+
+TEST(MoonConfig, ConnectToErrorsSayWhatTheFormIs) {
+  const auto errors = errors_of(R"(egress:
+  connect_to:
+    "api.example.com": "127.0.0.1:8443"
+    "*.example.com:443": "127.0.0.1:8443"
+    "a.example.com:0": "127.0.0.1:8443"
+    "2001:db8::1:443": "127.0.0.1:8443"
+    "b.example.com:443": "localhost:8443"
+    "c.example.com:443": "127.0.0.1"
+    "d.example.com:443": "::1:8443"
+    "e.example.com:443": [127.0.0.1]
+    "f.example.com:443": "127.0.0.1:8443"
+    "F.example.com:443": "127.0.0.1:9443"
+)");
+  ASSERT_EQ(errors.size(), 9u) << ::testing::PrintToString(errors);
+  const std::string key = "must be HOST:PORT: a DNS name or IP literal (IPv6 in brackets), no wildcard, and a port "
+                          "1..65535 (\"api.example.com:443\", \"[2001:db8::1]:443\")";
+  const std::string value = "must be ADDR:PORT: an IPv4 or IPv6 address (IPv6 in brackets) and a port 1..65535 "
+                            "(\"127.0.0.1:8443\", \"[::1]:8443\"); names are not resolved here";
+  EXPECT_EQ(errors[0], "moon.yaml:3:5: error: egress.connect_to.api.example.com: \"api.example.com\" " + key);
+  EXPECT_EQ(errors[1], "moon.yaml:4:5: error: egress.connect_to.*.example.com:443: \"*.example.com:443\" " + key);
+  EXPECT_EQ(errors[2], "moon.yaml:5:5: error: egress.connect_to.a.example.com:0: \"a.example.com:0\" " + key);
+  EXPECT_EQ(errors[3], "moon.yaml:6:5: error: egress.connect_to.2001:db8::1:443: \"2001:db8::1:443\" " + key);
+  EXPECT_EQ(errors[4], "moon.yaml:7:26: error: egress.connect_to.b.example.com:443: \"localhost:8443\" " + value);
+  EXPECT_EQ(errors[5], "moon.yaml:8:26: error: egress.connect_to.c.example.com:443: \"127.0.0.1\" " + value);
+  EXPECT_EQ(errors[6], "moon.yaml:9:26: error: egress.connect_to.d.example.com:443: \"::1:8443\" " + value);
+  EXPECT_EQ(errors[7], "moon.yaml:10:26: error: egress.connect_to.e.example.com:443: must be a string, got a list");
+  EXPECT_EQ(errors[8],
+            "moon.yaml:12:5: error: egress.connect_to.F.example.com:443: duplicate destination (first defined at 11:5)");
+}
+
+TEST(MoonConfig, TlsCaFilesAreListedAsWritten) {
+  const MoonConfig c = parsed("tls:\n  ca_files: [/etc/ssl/test-ca.pem, certs/dev.pem]\n");
+  ASSERT_EQ(c.ca_files.size(), 2u);
+  EXPECT_EQ(c.ca_files[0].path, "/etc/ssl/test-ca.pem");
+  EXPECT_EQ(c.ca_files[1].key_path, "tls.ca_files[1]");
+  EXPECT_EQ(c.network.tls_ca_files, (std::vector<std::string>{"/etc/ssl/test-ca.pem", "certs/dev.pem"}));
+  EXPECT_EQ(errors_of("tls:\n  ca_files: /etc/ssl/test-ca.pem\n"),
+            (std::vector<std::string>{
+                "moon.yaml:2:13: error: tls.ca_files: must be a list of paths of PEM certificate files, got a scalar"}));
+  EXPECT_EQ(errors_of("tls:\n  ca_file: [a.pem]\n"),
+            (std::vector<std::string>{"moon.yaml:2:3: error: tls.ca_file: unknown key (allowed: ca_files)"}));
+}
+
 TEST(MoonConfig, UpstreamForms) {
   auto up = [](const std::string& v) { return parsed("dns:\n  upstream: " + v + "\n").network.dns_upstream; };
   EXPECT_FALSE(up("system").has_value());
@@ -176,7 +248,7 @@ colour: blue
       "moon.yaml:22:7: error: proxy.allow[3].host: required key is missing",
       "moon.yaml:22:7: error: proxy.allow[3].protocol: required key is missing",
       "moon.yaml:23:7: error: proxy.allow[4]: must be a mapping, got a scalar",
-      "moon.yaml:24:1: error: colour: unknown key (allowed: dns egress proxy)",
+      "moon.yaml:24:1: error: colour: unknown key (allowed: dns egress proxy tls)",
   };
   EXPECT_EQ(errors_of(text), want);
 }
@@ -315,6 +387,53 @@ TEST_F(MoonConfigFiles, OversizedFileRefusedBeforeReading) {
   const MoonConfigLoad r = load_moon_config(home_);
   ASSERT_FALSE(r.config.has_value());
   EXPECT_NE(r.errors.at(0).message.find("larger than"), std::string::npos);
+}
+
+// A self-signed CA certificate (openssl req -x509 -newkey ec, CN "soyaos test CA").
+constexpr const char* kTestCaPem = R"(-----BEGIN CERTIFICATE-----
+MIIBiTCCAS+gAwIBAgIUXnMc4mXAXp8ZU1xYa65hCyfukyEwCgYIKoZIzj0EAwIw
+GTEXMBUGA1UEAwwOc295YW9zIHRlc3QgQ0EwIBcNMjYxMjAxMDg1MjE5WhgPMjEy
+NjExMDcwODUyMTlaMBkxFzAVBgNVBAMMDnNveWFvcyB0ZXN0IENBMFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAETA+rVyFioC6mOMDTG5GL8Tc/UADBV6Dx/Urozry8
+aFtj1spsofFfT9luB42Rx0AeTfCYgU073Ziw/PYWW5CLYaNTMFEwHQYDVR0OBBYE
+FF22l8jcmuIR2PXbvW/ZDjcVJ0RmMB8GA1UdIwQYMBaAFF22l8jcmuIR2PXbvW/Z
+DjcVJ0RmMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgeDGx2t9l
+AT6AQPuXfU8lVjiO37a61yChUeVtmotbA+YCIQCW8NP7BKGCyt67ckQWGCLPNlwv
+p6RGtGNaGuZGKXUO9Q==
+-----END CERTIFICATE-----
+)";
+
+TEST_F(MoonConfigFiles, CaFilesAreResolvedFromMoonYamlsDirectoryAndChecked) {
+  fs::create_directories(home_ / "certs");
+  write(home_ / "certs" / "dev.pem", kTestCaPem);
+  write(home_ / "bundle.pem", std::string(kTestCaPem) + "# a comment between certificates\n" + kTestCaPem);
+  write(home_ / "moon.yaml", "tls:\n  ca_files: [certs/dev.pem, " + (home_ / "bundle.pem").string() + "]\n");
+  const MoonConfigLoad r = load_moon_config(home_);
+  ASSERT_TRUE(r.config.has_value()) << (r.errors.empty() ? "" : r.errors[0].format());
+  EXPECT_EQ(r.config->network.tls_ca_files,
+            (std::vector<std::string>{(home_ / "certs" / "dev.pem").string(), (home_ / "bundle.pem").string()}));
+}
+
+TEST_F(MoonConfigFiles, BadCaFilesAreErrorsWithTheirPosition) {
+  const std::string pem(kTestCaPem);
+  write(home_ / "key.pem", "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n");
+  // The second certificate lost a line in a copy and paste.
+  const auto cut = pem.find('\n', pem.find('\n') + 1);
+  write(home_ / "broken.pem", pem + pem.substr(0, cut) + pem.substr(pem.find('\n', cut + 1)));
+  fs::create_directory(home_ / "dir.pem");
+  write(home_ / "moon.yaml", "tls:\n  ca_files:\n    - missing.pem\n    - key.pem\n    - broken.pem\n    - dir.pem\n");
+  const MoonConfigLoad r = load_moon_config(home_);
+  ASSERT_FALSE(r.config.has_value());
+  ASSERT_EQ(r.errors.size(), 4u);
+  const std::string file = (home_ / "moon.yaml").string();
+  EXPECT_EQ(r.errors[0].format(), file + ":3:7: error: tls.ca_files[0]: \"" + (home_ / "missing.pem").string() +
+                                      "\": cannot open: No such file or directory");
+  EXPECT_EQ(r.errors[1].format(), file + ":4:7: error: tls.ca_files[1]: \"" + (home_ / "key.pem").string() +
+                                      "\": holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+  EXPECT_EQ(r.errors[2].format(), file + ":5:7: error: tls.ca_files[2]: \"" + (home_ / "broken.pem").string() +
+                                      "\": certificate 2 of 2 is not a valid PEM X.509 certificate");
+  EXPECT_EQ(r.errors[3].format(), file + ":6:7: error: tls.ca_files[3]: \"" + (home_ / "dir.pem").string() +
+                                      "\": is not a regular file");
 }
 
 }  // namespace
