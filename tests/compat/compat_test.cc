@@ -24,9 +24,12 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr const char* kApiKey = "test-key-not-secret";
+constexpr int kHttpsPort = 443;  // what the packs declare and the agents connect to
+constexpr int kHttpPort = 80;
 
-// Names the Moon configuration maps to the mock servers on 127.0.0.1. undeclared.compat.test
-// is mapped too but declared by no pack: the operator's map grants nothing by itself.
+// Names the Moon configuration maps to the mock servers on 127.0.0.1 (egress.connect_to, on the
+// real ports below). undeclared.compat.test is mapped too but declared by no pack: the operator's
+// map grants nothing by itself.
 const std::vector<std::string> kNames = {"api.compat.test", "plain.compat.test", "undeclared.compat.test",
                                          "api.openai.com", "api.anthropic.com"};
 
@@ -104,35 +107,23 @@ class CompatTest : public ::testing::Test {
     home_ = dir_.path() / "home";
     fs::create_directories(home_);
     fs::permissions(home_, fs::perms::all);
-    std::string moon = "dns:\n  hosts:\n";
-    for (const auto& n : kNames) moon += "    " + n + ": 127.0.0.1\n";
+    // egress.connect_to (C6a) sends each HOST:443 and HOST:80 to the mock's TLS and plain ports
+    // on 127.0.0.1, so the packs run as committed (api.openai.com:443/https, ...), rootless too.
+    std::string moon = "egress:\n  connect_to:\n";
+    for (const auto& n : kNames) {
+      moon += "    \"" + n + ":" + std::to_string(kHttpsPort) + "\": \"127.0.0.1:" + std::to_string(api_->https_port()) +
+              "\"\n";
+      moon += "    \"" + n + ":" + std::to_string(kHttpPort) + "\": \"127.0.0.1:" + std::to_string(api_->http_port()) +
+              "\"\n";
+    }
     dir_.write("home/moon.yaml", moon);
   }
 
-  std::string https_url(const std::string& host) const {
-    return "https://" + host + ":" + std::to_string(api_->https_port());
-  }
-  std::string http_url(const std::string& host) const {
-    return "http://" + host + ":" + std::to_string(api_->http_port());
-  }
-
-  // The committed pack declares the real ports (443, 80); dns.hosts maps a name to an
-  // address only, so the copy declares the mock servers' ephemeral ports instead.
-  void declare_mock_ports(const fs::path& pack) const {
-    std::string m = read_file(pack / "soyapack.yaml");
-    auto replace_all = [&m](const std::string& from, const std::string& to) {
-      for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + to.size())) {
-        m.replace(at, from.size(), to);
-      }
-    };
-    replace_all("port: 443,", "port: " + std::to_string(api_->https_port()) + ",");
-    replace_all("port: 80,", "port: " + std::to_string(api_->http_port()) + ",");
-    fs::remove(pack / "soyapack.yaml");
-    dir_.write("pack/soyapack.yaml", m);
-  }
+  static std::string https_url(const std::string& host) { return "https://" + host; }
+  static std::string http_url(const std::string& host) { return "http://" + host; }
 
   // The pack's egress becomes the Moon proxy alone (C7), and the operator's proxy.allow
-  // lists what the pack declared (with the mock's ports): the same clients then go through
+  // lists what the pack declared: the same clients then go through
   // the Moon proxy, with the proxy variables (HTTPS_PROXY, ...) or without them.
   void use_moon_proxy(const fs::path& pack) const {
     std::string m = read_file(pack / "soyapack.yaml");
@@ -154,7 +145,6 @@ class CompatTest : public ::testing::Test {
     copy_tree(source_path("tests/compat/packs/" + name), pack, false, false);
     fs::create_directories(pack / "ca");
     fs::copy_file(ca_->ca_pem, pack / "ca/test-ca.pem");
-    declare_mock_ports(pack);
     return pack;
   }
 
@@ -258,35 +248,6 @@ class CompatTest : public ::testing::Test {
     return reasons;
   }
 
-  // "waiting for: REASON" when the run failed only by a known symptom: at least one check did
-  // not print ok, each such check's detail contains `symptom`, and every violation is known
-  // (kKnownViolations) or satisfies `expected`. "" otherwise (then expect_clean reports it).
-  template <typename Pred>
-  static std::string waiting_if(const CompatRun& r, const std::vector<std::string>& checks,
-                                const std::string& symptom, Pred expected, const std::string& reason) {
-    int failed = 0;
-    for (const auto& c : checks) {
-      auto it = r.results.find(c);
-      if (it == r.results.end()) return "";
-      if (it->second.status == "ok") continue;
-      if (it->second.detail.find(symptom) == std::string::npos) return "";
-      ++failed;
-    }
-    if (failed == 0) return "";
-    std::string reasons = reason;
-    for (const auto& v : r.violations()) {
-      const std::string res = v.value("resource", "");
-      auto k = std::find_if(kKnownViolations.begin(), kKnownViolations.end(),
-                            [&](const Known& known) { return known.resource == res; });
-      if (k != kKnownViolations.end()) {
-        if (reasons.find(k->reason) == std::string::npos) reasons += "; " + k->reason;
-      } else if (!expected(v)) {
-        return "";
-      }
-    }
-    return "waiting for: " + reasons;
-  }
-
   // An allowed group: every check ok, exit 0, zero violations. Returns the skip reason
   // when the only deviation is known violations (see kKnownViolations).
   std::string expect_clean(const CompatRun& r, const std::vector<std::string>& checks) {
@@ -369,8 +330,8 @@ TEST_F(CompatTest, PythonClientsAreRefusedWhereThePackDoesNotReach) {
   auto r = run(python_pack(), python_args(), checks);
   expect_results(r, checks, "refused");
   EXPECT_EQ(r.output.exit_code, 3) << r.context();
-  const std::string https_port = std::to_string(api_->https_port());
-  const std::string http_port = std::to_string(api_->http_port());
+  const std::string https_port = std::to_string(kHttpsPort);
+  const std::string http_port = std::to_string(kHttpPort);
   expect_violation(r, "dns:undeclared.compat.test", "NXDOMAIN");
   expect_violation(r, "api.compat.test:" + http_port + "/tcp", "ECONNREFUSED");
   expect_violation(r, "127.0.0.1:" + http_port + "/tcp", "ECONNREFUSED");
@@ -414,13 +375,6 @@ TEST_F(CompatTest, PythonClientsThroughTheMoonProxy) {
   fs::path pack = python_pack();
   use_moon_proxy(pack);
   auto r = run(pack, python_args(), checks);
-  if (auto why = waiting_if(
-          r, checks, "Tunnel connection failed: 400 Bad Request", [](const json&) { return false; },
-          "proxy: Python's http.client (urllib, requests) sends `CONNECT host:port HTTP/1.0` without Host: the "
-          "Moon proxy answers 400 and emits no event (C7)");
-      !why.empty()) {
-    GTEST_SKIP() << why;
-  }
   if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
   expect_reached("https", "api.compat.test", "/hello/urllib");
   expect_reached("http", "plain.compat.test", "/hello/urllib-plain");
@@ -437,7 +391,7 @@ TEST_F(CompatTest, HttpxThroughTheMoonProxyIsRefusedOutsideItsAllowlist) {
   expect_results(r, checks, "refused");
   EXPECT_NE(r.results["deny_httpx_undeclared_host"].detail.find("403"), std::string::npos) << r.context();
   EXPECT_EQ(r.output.exit_code, 3) << r.context();
-  expect_violation(r, "undeclared.compat.test:" + std::to_string(api_->https_port()) + "/https", "EACCES");
+  expect_violation(r, "undeclared.compat.test:" + std::to_string(kHttpsPort) + "/https", "EACCES");
   expect_never_reached("/nope");
 }
 
@@ -447,13 +401,8 @@ TEST_F(CompatTest, UrllibThroughTheMoonProxyIsRefusedOutsideItsAllowlist) {
   use_moon_proxy(pack);
   auto r = run(pack, python_args(), checks);
   expect_results(r, checks, "refused");
-  if (r.results["deny_urllib_undeclared_host"].detail.find("400 Bad Request") != std::string::npos &&
-      r.violations().empty()) {
-    GTEST_SKIP() << "waiting for: proxy: `CONNECT host:port HTTP/1.0` without Host (Python http.client) is "
-                    "answered 400 with no event (C7: every refusal is a violation)";
-  }
   EXPECT_EQ(r.output.exit_code, 3) << r.context();
-  expect_violation(r, "undeclared.compat.test:" + std::to_string(api_->https_port()) + "/https", "EACCES");
+  expect_violation(r, "undeclared.compat.test:" + std::to_string(kHttpsPort) + "/https", "EACCES");
   expect_never_reached("/nope");
 }
 
@@ -484,7 +433,7 @@ TEST_F(CompatTest, NodeSdksAreRefusedWhereThePackDoesNotReach) {
   auto r = run(pack, node_args(), checks);
   expect_results(r, checks, "refused");
   EXPECT_EQ(r.output.exit_code, 3) << r.context();
-  const std::string http_port = std::to_string(api_->http_port());
+  const std::string http_port = std::to_string(kHttpPort);
   expect_violation(r, "dns:undeclared.compat.test", "NXDOMAIN");
   expect_violation(r, "api.anthropic.com:" + http_port + "/tcp", "ECONNREFUSED");
   expect_violation(r, "127.0.0.1:" + http_port + "/tcp", "ECONNREFUSED");
@@ -503,16 +452,6 @@ TEST_F(CompatTest, NodeSdksThroughTheMoonProxy) {
   if (pack.empty()) return;
   use_moon_proxy(pack);
   auto r = run(pack, node_args(), checks);
-  if (auto why = waiting_if(
-          r, checks, "ENOTFOUND",
-          [](const json& v) {
-            return v.value("resource", "").rfind("dns:", 0) == 0 && v.value("errno", "") == "NXDOMAIN";
-          },
-          "proxy: clients that ignore the proxy variables (fetch, hence both SDKs; node:https) get NXDOMAIN for "
-          "the proxy.allow names in a moon-proxy pack (C7)");
-      !why.empty()) {
-    GTEST_SKIP() << why;
-  }
   if (auto why = expect_clean(r, checks); !why.empty()) GTEST_SKIP() << why;
   expect_reached("https", "api.openai.com", "/v1/chat/completions");
   expect_reached("https", "api.anthropic.com", "/v1/messages");
