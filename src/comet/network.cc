@@ -336,6 +336,7 @@ bool parse_packet(const uint8_t* p, size_t len, RefusedPacket* out) {
     if (ihl < 20 || ihl > len) return false;
     out->v6 = false;
     out->proto = p[9];
+    std::memcpy(out->saddr.data(), p + 12, 4);
     std::memcpy(out->daddr.data(), p + 16, 4);
     // A non-first fragment carries no transport header.
     const uint16_t frag = static_cast<uint16_t>((p[6] << 8) | p[7]);
@@ -344,6 +345,7 @@ bool parse_packet(const uint8_t* p, size_t len, RefusedPacket* out) {
   } else if (version == 6) {
     if (len < 40) return false;
     out->v6 = true;
+    std::memcpy(out->saddr.data(), p + 8, 16);
     std::memcpy(out->daddr.data(), p + 24, 16);
     uint8_t next = p[6];
     l4 = 40;

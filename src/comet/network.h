@@ -115,6 +115,8 @@ Result<sockaddr_storage> original_destination(const UniqueFd& accepted);
 
 struct RefusedPacket {
   std::array<uint8_t, 16> daddr{};  // network byte order; IPv4 in the first 4 bytes
+  std::array<uint8_t, 16> saddr{};  // likewise: with sport, tells the supervisor's own late
+                                    // replies (from its exact bound address) from the agent
   bool v6 = false;
   uint8_t proto = 0;   // IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6, ...
   uint16_t dport = 0;  // host byte order; 0 when the protocol has no ports

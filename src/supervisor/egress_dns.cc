@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "network/dns_message.h"
+#include "network/host_name.h"
 #include "supervisor/egress_impl.h"
 
 namespace soyaos::supervisor {
@@ -43,15 +44,24 @@ std::vector<uint8_t> EgressService::Impl::dns_reply(std::span<const uint8_t> msg
     }
     return finish(network::dns_answer(*q, {}, {}, 300, max), "NOERROR", Json::array(), false);
   }
+  // The name is canonicalised once, strictly, before any policy check (q->name is the
+  // presentation form: a label holding '.', '\\' or a control byte shows as an escape, which
+  // canonical_host_name refuses, so what is checked is what a resolver would look up).
+  const auto canonical = network::canonical_host_name(name);
+  const bool is_canonical = !q->name_unusual && canonical.ok() && canonical.value() == name;
   const auto entries = plan.entries_for_name(name);
-  const bool allowed = !q->name_unusual && !name.empty() &&
-                       (plan.any() ? !plan.operator_network().denies(name) : !entries.empty());
+  const bool allowed =
+      is_canonical && (plan.any() ? !plan.operator_network().denies(name) : !entries.empty());
   if (!allowed) {
-    auto denied = plan.denied_entry_for_name(name);
+    auto denied = is_canonical ? plan.denied_entry_for_name(name) : std::nullopt;
     std::string closest = denied ? plan.entry(*denied).key_path : "no match";
     std::string detail = denied || (plan.any() && plan.operator_network().denies(name))
                              ? "denied by the operator (egress.deny)"
                              : "";
+    if (!is_canonical) {
+      detail = canonical.ok() ? "not a host name (a label holds a byte outside letters, digits and '-')"
+                              : canonical.error().message;
+    }
     violation("dns:" + name, syscall, "NXDOMAIN", closest, detail);
     return finish(network::dns_error(*q, network::Rcode::nxdomain), "NXDOMAIN", Json::array(), true);
   }
@@ -126,7 +136,9 @@ void EgressService::Impl::dns_tcp_ready(DnsTcp* c) {
   }
   if (n < 0) return;
   c->buf.insert(c->buf.end(), buf, buf + n);
-  c->deadline = now_ms() + limits.head_timeout_ms;
+  // The deadline is absolute per query: only a complete, answered query earns the next
+  // period. Refreshing it on every byte let a few clients trickling one byte at a time hold
+  // every DNS-over-TCP slot forever (issue #18).
   for (;;) {
     auto frame = network::parse_dns_tcp_frame(c->buf);
     if (frame.status == network::ParseStatus::invalid) {
@@ -135,6 +147,7 @@ void EgressService::Impl::dns_tcp_ready(DnsTcp* c) {
     }
     if (frame.status == network::ParseStatus::need_more) return;
     auto reply = dns_reply(frame.message, true);
+    c->deadline = now_ms() + limits.head_timeout_ms;
     c->buf.erase(c->buf.begin(), c->buf.begin() + static_cast<ptrdiff_t>(frame.frame_size));
     auto framed = reply.empty() ? Result<std::vector<uint8_t>>(make_error("empty")) : network::dns_tcp_frame(reply);
     // A client that does not read its answers is not waited for.

@@ -3,18 +3,30 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <array>
 
 #include "supervisor/egress_impl.h"
 
 namespace soyaos::supervisor {
 
+// A late reply from one of the supervisor's own sockets (a UDP relay or the stub answering
+// after the conntrack entry expired), not the agent's attempt: from the exact address our
+// sockets are bound to (127.0.0.1 or ::1) and one of their ports, to the netns's loopback.
+// The agent cannot send such a packet (those address/port pairs are taken by our sockets),
+// so an attempt from a socket the agent bound to a service port on another address
+// (127.0.0.2:53, the sandbox's own address) is reported like any other (issue #18).
+bool EgressService::Impl::own_late_reply(const comet::RefusedPacket& p) const {
+  if (std::find(service_ports.begin(), service_ports.end(), p.sport) == service_ports.end()) return false;
+  static constexpr std::array<uint8_t, 16> kLoopback6{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  if (p.v6) return p.saddr == kLoopback6 && p.daddr == kLoopback6;
+  return p.saddr[0] == 127 && p.saddr[1] == 0 && p.saddr[2] == 0 && p.saddr[3] == 1 && p.daddr[0] == 127;
+}
+
 void EgressService::Impl::drain_nflog() {
   auto read = comet::read_nflog(fds.nflog);
   if (!read) return;
   for (const auto& p : read->packets) {
-    if (std::find(service_ports.begin(), service_ports.end(), p.sport) != service_ports.end()) {
-      continue;  // a late reply from one of our own sockets, not the agent's attempt
-    }
+    if (own_late_reply(p)) continue;
     policy::IpAddress addr;
     addr.bytes = p.daddr;
     addr.v6 = p.v6;

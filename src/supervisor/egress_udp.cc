@@ -3,6 +3,9 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "supervisor/egress_impl.h"
 
 namespace soyaos::supervisor {
@@ -83,8 +86,13 @@ void EgressService::Impl::forward(Relay* r, const sockaddr_storage& from, sockle
   std::string key(reinterpret_cast<const char*>(&from), len);
   auto it = r->flows.find(key);
   if (it == r->flows.end()) {
-    if (r->flows.size() >= 64) {  // bounded: the oldest flow goes
-      close_flow(r->flows.begin()->second.get(), "flow limit");
+    if (r->flows.size() >= 64) {
+      // Bounded: the flow idle longest goes (the map is keyed by the agent's sockaddr, so
+      // its first element was merely the lowest address, issue #18).
+      auto oldest = std::min_element(r->flows.begin(), r->flows.end(), [](const auto& a, const auto& b) {
+        return std::pair(a.second->last, a.second->id) < std::pair(b.second->last, b.second->id);
+      });
+      close_flow(oldest->second.get(), "flow limit");
     }
     const auto& e = plan.entry(r->entry);
     sockaddr_storage dst{};
