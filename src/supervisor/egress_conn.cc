@@ -119,12 +119,15 @@ void EgressService::Impl::resolved() {
 // allows the range (C6 rebinding rule); egress.deny also covers addresses.
 std::optional<std::string> EgressService::Impl::address_refusal(const ResolvedAddress& a) const {
   const auto& net = plan.operator_network();
-  if (net.denies(policy::to_string(a.addr))) return "denied by the operator (egress.deny)";
-  if (!a.from_hosts_map && policy::is_private_address(a.addr) && !net.private_allowed(a.addr)) {
+  // Every form of the address (mapped, compatible, NAT64, 6to4...) is checked: an AAAA
+  // answer ::ffff:<host address> reaches the host's services as surely as the A answer.
+  if (net.denies_address(a.addr)) return "denied by the operator (egress.deny)";
+  if (!a.from_hosts_map && net.refuses_private(a.addr)) {
     return "a private, loopback or link-local address (rebinding; egress.allow_private does not cover it)";
   }
   if (!a.from_hosts_map && !net.private_allowed(a.addr) &&
-      std::find(host_addresses.begin(), host_addresses.end(), a.addr) != host_addresses.end()) {
+      std::any_of(host_addresses.begin(), host_addresses.end(),
+                  [&](const policy::IpAddress& h) { return policy::same_address(h, a.addr); })) {
     return "an address of this host (egress.allow_private does not cover it)";
   }
   return std::nullopt;
@@ -248,6 +251,10 @@ void EgressService::Impl::connected(Conn* c) {
 // directions are finished or one side failed.
 void EgressService::Impl::pump(Conn* c) {
   bool failed = false;
+  // An https handshake still followed: it moves bytes through user space (egress_tls.cc).
+  if (c->tls_watch && !tls_watch_step(c)) return;
+  const bool watching = c->tls_watch.has_value();
+  const bool server_unseen = watching && c->tls_watch->state() == network::TlsHandshakeWatch::State::await_server;
   // The agent's first bytes, read for the protocol check, go first.
   while (c->head_sent < c->head.size()) {
     ssize_t w = ::send(c->upstream.get(), c->head.data() + c->head_sent, c->head.size() - c->head_sent,
@@ -260,9 +267,9 @@ void EgressService::Impl::pump(Conn* c) {
     c->bytes_out += static_cast<uint64_t>(w);
   }
   if (!failed && c->head_sent == c->head.size()) {
-    failed = !pump_half(c->up, c->agent.get(), c->upstream.get(), &c->bytes_out);
+    failed = !pump_half(c->up, c->agent.get(), c->upstream.get(), &c->bytes_out, !watching);
   }
-  if (!failed) failed = !pump_half(c->down, c->upstream.get(), c->agent.get(), &c->bytes_in);
+  if (!failed) failed = !pump_half(c->down, c->upstream.get(), c->agent.get(), &c->bytes_in, !server_unseen);
   if (failed) {
     close_conn(c, "reset", true);
     return;
@@ -274,7 +281,7 @@ void EgressService::Impl::pump(Conn* c) {
   update_interest(c);
 }
 
-bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter) {
+bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter, bool read) {
   for (int rounds = 0; rounds < 16; ++rounds) {
     bool progress = false;
     if (h.in_pipe > 0) {
@@ -287,7 +294,7 @@ bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter
         return false;
       }
     }
-    if (h.in_pipe == 0 && !h.eof) {
+    if (read && h.in_pipe == 0 && !h.eof) {
       ssize_t n = ::splice(from, nullptr, h.pipe_w.get(), nullptr, limits.pipe_bytes,
                            SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
       if (n > 0) {
@@ -316,7 +323,13 @@ void EgressService::Impl::update_interest(Conn* c) {
     case State::resolving: break;
     case State::connecting: u = EPOLLOUT; break;
     case State::relaying:
-      if (!c->up.eof && c->up.in_pipe == 0 && c->head_sent == c->head.size()) a |= EPOLLIN;
+      if (c->tls_watch) {
+        if (!c->tls_agent_eof && c->head_sent == c->head.size() && c->tls_pending.size() < kTlsPendingMax) {
+          a |= EPOLLIN;
+        }
+      } else if (!c->up.eof && c->up.in_pipe == 0 && c->head_sent == c->head.size()) {
+        a |= EPOLLIN;
+      }
       if (c->down.in_pipe > 0) a |= EPOLLOUT;
       if (!c->down.eof && c->down.in_pipe == 0) u |= EPOLLIN;
       if (c->up.in_pipe > 0 || c->head_sent < c->head.size()) u |= EPOLLOUT;

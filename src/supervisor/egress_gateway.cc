@@ -109,10 +109,16 @@ void EgressService::Impl::head_ready(Conn* c) {
       return;
     }
     if (hello.hello.ech) {
-      refuse(c, target, key, "encrypted ClientHello (ECH): the real server name is hidden");
+      refuse(c, target, key, network::ech_refusal(hello.hello.ech_type));
       return;
     }
     const auto& sni = hello.hello.server_name;
+    // An IP-literal entry allows that address, not every site the server there hosts: an SNI
+    // naming a host would select one (issue #18). No SNI, or the literal itself, is fine.
+    if (c->literal && sni && *sni != c->host) {
+      refuse(c, target, key, "SNI `" + *sni + "` names a host, but the entry is the address " + c->host);
+      return;
+    }
     if (!c->literal && !sni) {
       refuse(c, target, key, "no SNI in the ClientHello (https entries require it)");
       return;
@@ -122,6 +128,7 @@ void EgressService::Impl::head_ready(Conn* c) {
       return;
     }
     c->sni = sni.value_or("");
+    c->tls_watch.emplace(sni);  // the second flight (a HelloRetryRequest's second hello) is checked too
     c->entry = first(Protocol::https);
     c->protocol = "https";
   } else {
@@ -150,6 +157,11 @@ void EgressService::Impl::head_ready(Conn* c) {
     if (h.host != want || (h.port && *h.port != c->port)) {
       refuse(c, target, key, "Host `" + h.host + (h.port ? ":" + std::to_string(*h.port) : "") +
                                  "` does not match `" + c->host + "`");
+      return;
+    }
+    // Forwarded unchanged: nothing else in the head may name another host, and no h2c.
+    if (const std::string why = network::http_entry_refusal(h); !why.empty()) {
+      refuse(c, target, key, why);
       return;
     }
     c->entry = first(Protocol::http);

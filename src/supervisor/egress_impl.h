@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "network/tls_handshake.h"
 #include "supervisor/egress_service.h"
 #include "supervisor/resolver.h"
 
@@ -93,6 +94,12 @@ struct EgressService::Impl {
     std::string sni;
     std::string head;       // the agent's first bytes, forwarded before splicing
     size_t head_sent = 0;
+    // https (gateway entry or proxy tunnel): the handshake after the first ClientHello is
+    // followed until nothing more can be checked (a HelloRetryRequest's second hello must keep
+    // the SNI, issue #18); meanwhile both directions go through user space (egress_tls.cc).
+    std::optional<network::TlsHandshakeWatch> tls_watch;
+    std::string tls_pending;    // agent bytes read but not yet let through by tls_watch
+    bool tls_agent_eof = false;  // the agent half-closed while bytes were still held
     std::vector<ResolvedAddress> addrs;
     size_t next_addr = 0;
     policy::IpAddress upstream_addr;
@@ -188,6 +195,7 @@ struct EgressService::Impl {
 
   // egress_nflog.cc: packets the netns refused
   void drain_nflog();
+  bool own_late_reply(const comet::RefusedPacket& p) const;
 
   // egress_dns.cc: the DNS stub
   std::vector<uint8_t> dns_reply(std::span<const uint8_t> msg, bool tcp);
@@ -213,7 +221,14 @@ struct EgressService::Impl {
   void fail_upstream(Conn* c, const std::string& why);
   void connected(Conn* c);
   void pump(Conn* c);
-  bool pump_half(Half& h, int from, int to, uint64_t* counter);
+  // read: also move new bytes from `from` (false: only flush the pipe and the half-close).
+  bool pump_half(Half& h, int from, int to, uint64_t* counter, bool read = true);
+  // One step of an https connection whose handshake is still followed (egress_tls.cc);
+  // false when it closed the connection (a refusal, reported, or an I/O failure).
+  bool tls_watch_step(Conn* c);
+  // What the watch may hold of the agent's bytes: a whole second ClientHello (64 KiB in at
+  // most 16 records) plus one more record behind it.
+  static constexpr size_t kTlsPendingMax = network::kTlsMaxHello + 16 * network::kTlsRecordHeader + 18432 + 5;
   void update_interest(Conn* c);
   void rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current);
   void conn_event(Conn* c, bool agent_side, uint32_t ev);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "network/host_name.h"
 #include "network/http_head.h"
 #include "network/tls_client_hello.h"
 #include "supervisor/egress_impl.h"
@@ -165,6 +166,20 @@ void EgressService::Impl::proxy_request(Conn* c) {
     c->literal = true;
     c->literal_addr = *ip;
     c->host = policy::to_string(*ip);
+  } else {
+    // Canonical once, strictly, before any check: the system resolver would decode
+    // `secre\t` or `\115ecret` into a name egress.deny lists (issue #18).
+    auto canonical = network::canonical_host_name(host);
+    if (!canonical) {
+      std::string shown;
+      for (unsigned char ch : host.substr(0, 80)) {
+        shown += (ch >= 0x21 && ch < 0x7f && ch != '\\') ? std::string(1, static_cast<char>(ch)) : "?";
+      }
+      proxy_refuse(c, egress_target(shown, port, c->proxy_connect ? "https" : "http"),
+                   "the target is not a host name: " + canonical.error().message);
+      return;
+    }
+    c->host = std::move(canonical.value());
   }
   // proxy.allow: host + port + protocol (CONNECT: https or tcp entries; plain: http).
   const auto& allow = plan.proxy_allow();
@@ -205,6 +220,11 @@ void EgressService::Impl::proxy_request(Conn* c) {
       proxy_refuse(c, target, "the Host field `" + h.host + (h.port ? ":" + std::to_string(*h.port) : "") +
                                   "` does not name the request's target `" + c->host + ":" + std::to_string(port) +
                                   "`");
+      return;
+    }
+    // Forwarded as it is: no other field may name another host, and no h2c.
+    if (const std::string why = network::http_entry_refusal(h); !why.empty()) {
+      proxy_refuse(c, target, why);
       return;
     }
   }
@@ -266,7 +286,9 @@ void EgressService::Impl::proxy_tunnel_hello(Conn* c) {
   if (hello.status != network::ParseStatus::complete) {
     why = "the tunnel does not start with a TLS ClientHello";
   } else if (hello.hello.ech) {
-    why = "encrypted ClientHello (ECH)";
+    why = network::ech_refusal(hello.hello.ech_type);
+  } else if (c->literal && hello.hello.server_name && *hello.hello.server_name != c->host) {
+    why = "SNI `" + *hello.hello.server_name + "` names a host, but the tunnel is to the address " + c->host;
   } else if (!c->literal && hello.hello.server_name != c->host) {
     why = hello.hello.server_name ? "SNI `" + *hello.hello.server_name + "` does not match `" + c->host + "`"
                                   : "no SNI in the tunnel's ClientHello";
@@ -277,6 +299,7 @@ void EgressService::Impl::proxy_tunnel_hello(Conn* c) {
     return;
   }
   c->sni = hello.hello.server_name.value_or("");
+  c->tls_watch.emplace(hello.hello.server_name);  // and a second ClientHello must keep that SNI
   c->head_sent = 0;
   c->proxy_phase = 3;
   resolve(c);  // the ClientHello (in c->head) goes upstream first

@@ -115,7 +115,17 @@ NetServer::NetServer(const Options& options) : options_(options) {
   len = sizeof ss;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
   port_ = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  if (options.kind == Kind::kTls || options.kind == Kind::kHttps) ssl_ctx_ = make_tls_context();
+  if (options.kind == Kind::kTls || options.kind == Kind::kHttps || options.kind == Kind::kTlsHrr) {
+    auto* ctx = make_tls_context();
+    ssl_ctx_ = ctx;
+    SSL_CTX_set_client_hello_cb(ctx, &NetServer::client_hello_cb, this);
+    // P-256 only: a client whose first hello carries only an x25519 share (OpenSSL's and
+    // Python's default) gets a HelloRetryRequest and sends a second ClientHello.
+    if (options.kind == Kind::kTlsHrr && SSL_CTX_set1_groups_list(ctx, "P-256") != 1) {
+      SSL_CTX_free(ctx);
+      throw std::runtime_error("cannot restrict the TLS groups to P-256");
+    }
+  }
   if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   thread_ = std::thread([this, udp] { udp ? udp_loop() : accept_loop(); });
 }
@@ -233,6 +243,7 @@ void NetServer::serve(int fd) {
       break;
     case Kind::kTls:
     case Kind::kHttps:
+    case Kind::kTlsHrr:
       serve_tls(fd, got);
       break;
     case Kind::kSentinel: {
@@ -312,6 +323,23 @@ void NetServer::serve_http_with(std::string& got, const std::function<ssize_t(ch
   std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
   write(response);
+}
+
+// Every ClientHello the server processes (a second one after a HelloRetryRequest too):
+// its SNI, so a test sees whether a refused second hello reached the server.
+int NetServer::client_hello_cb(SSL* ssl, int* /*alert*/, void* arg) {
+  auto* self = static_cast<NetServer*>(arg);
+  const unsigned char* ext = nullptr;
+  size_t len = 0;
+  std::string name;
+  // server_name: list length (2), type (1), name length (2), name.
+  if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &ext, &len) == 1 && len > 5) {
+    const size_t n = (static_cast<size_t>(ext[3]) << 8) | ext[4];
+    if (5 + n <= len) name.assign(reinterpret_cast<const char*>(ext + 5), n);
+  }
+  std::lock_guard lock(self->mu_);
+  self->record_.hello_sni.push_back(name);
+  return SSL_CLIENT_HELLO_SUCCESS;
 }
 
 void NetServer::serve_tls(int fd, std::string& got) {

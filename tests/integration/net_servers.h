@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+struct ssl_st;  // OpenSSL's SSL
+
 namespace soyaos::testing {
 
 // What one server saw.
@@ -25,13 +27,15 @@ struct ServerRecord {
   int accepted = 0;                 // TCP connections accepted (UDP: datagrams received)
   std::vector<std::string> data;    // per connection (UDP: per datagram), what it received
   std::vector<std::string> sni;     // TLS: the SNI of each handshake ("" when none was sent)
+  std::vector<std::string> hello_sni;  // TLS: the SNI of every ClientHello processed, in order
+                                       // (a second one after a HelloRetryRequest too)
   std::vector<std::string> heads;   // HTTP: each request head, up to and including CRLFCRLF
 };
 
 // The common part: a listening (or bound, for UDP) socket, a stop pipe, an accept loop.
 class NetServer {
  public:
-  enum class Kind { kTcpEcho, kTls, kHttp, kHttps, kUdpEcho, kSentinel };
+  enum class Kind { kTcpEcho, kTls, kTlsHrr, kHttp, kHttps, kUdpEcho, kSentinel };
   struct Options {
     Kind kind = Kind::kTcpEcho;
     std::string address = "127.0.0.1";  // "127.0.0.1", "::1", "0.0.0.0", "::"
@@ -67,6 +71,7 @@ class NetServer {
   void serve_http_with(std::string& got, const std::function<ssize_t(char*, size_t)>& read,
                        const std::function<bool(const std::string&)>& write);
   void serve_tls(int fd, std::string& got);
+  static int client_hello_cb(ssl_st* ssl, int* alert, void* arg);
 
   int listen_fd_ = -1;
   int stop_pipe_[2] = {-1, -1};
@@ -92,6 +97,13 @@ class TcpEchoServer : public NetServer {
 class TlsEchoServer : public NetServer {
  public:
   explicit TlsEchoServer(const std::string& address = "127.0.0.1") : NetServer({Kind::kTls, address, 0}) {}
+};
+
+// TlsEchoServer restricted to the P-256 group: a client whose first ClientHello offers only
+// an x25519 key share gets a HelloRetryRequest (issue #18's second-hello checks).
+class TlsHrrServer : public NetServer {
+ public:
+  explicit TlsHrrServer(const std::string& address = "127.0.0.1") : NetServer({Kind::kTlsHrr, address, 0}) {}
 };
 
 // HTTP/1.1: reads one request head, records it, answers 200 with the body
