@@ -103,7 +103,7 @@ int run_list(const std::string& format) {
   if (!packs) return fail("list", packs.error());
   json arr = json::array();
   for (const auto& p : *packs) {
-    auto flag = (*reg)->active_flag(p.name, p.version);
+    auto flag = (*reg)->active_flag(p.name, p.version, p.tree_digest);
     if (!flag) return fail("list", flag.error());
     const bool flagged = flag->has_value();
     if (format == "json") {
@@ -125,7 +125,8 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
   if (!reg) return fail("inspect", reg.error());
   auto p = (*reg)->get(*ref);
   if (!p) return fail("inspect", p.error());
-  auto flags = (*reg)->flags(ref->name, ref->version);
+  // Flags of this version, and those a directory run raised on the same content (digest).
+  auto flags = (*reg)->flags(ref->name, ref->version, p->tree_digest);
   if (!flags) return fail("inspect", flags.error());
   bool flagged = false;
   for (const auto& f : *flags) flagged = flagged || f.active;
@@ -133,12 +134,18 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
     json fl = json::array();
     for (const auto& f : *flags) {
       json v = json::parse(f.violation, nullptr, false);
+      json cleared_by = nullptr;
+      if (f.cleared)
+        cleared_by = {{"uid", f.cleared_by.uid}, {"user", f.cleared_by.user.empty() ? json(nullptr) : json(f.cleared_by.user)}};
       fl.push_back({{"run_id", f.run_id},
+                    {"pack", f.name + "@" + f.version},
+                    {"digest", f.digest.empty() ? json(nullptr) : json(f.digest)},
                     {"flagged_at", f.flagged_at},
                     {"active", f.active},
                     {"cleared", f.cleared},
                     {"cleared_at", f.cleared ? json(f.cleared_at) : json(nullptr)},
-                    {"superseded_by", f.superseded_by.empty() ? json(nullptr) : json(f.superseded_by)},
+                    {"cleared_by", std::move(cleared_by)},
+                    {"cleared_reason", f.cleared ? json(f.cleared_reason) : json(nullptr)},
                     {"violation", v.is_discarded() ? json(f.violation) : v}});
     }
     auto manifest = moon::yaml_to_json(p->manifest);
@@ -168,8 +175,15 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
   if (!flags->empty()) {
     std::printf("flags:\n");
     for (const auto& f : *flags) {
-      std::string state = f.active ? "active" : f.cleared ? "cleared " + f.cleared_at : "superseded by " + f.superseded_by;
-      std::printf("  %s  run %s  [%s]  %s\n", f.flagged_at.c_str(), f.run_id.c_str(), state.c_str(),
+      std::string state = "active";
+      if (f.cleared) {
+        state = "cleared " + f.cleared_at + " by " +
+                (f.cleared_by.user.empty() ? "uid " + std::to_string(f.cleared_by.uid) : f.cleared_by.user) +
+                ": " + f.cleared_reason;
+      }
+      std::string as;  // raised under another NAME@VERSION (a directory run of the same content)
+      if (f.name != p->name || f.version != p->version) as = "  (as " + f.name + "@" + f.version + ")";
+      std::printf("  %s  run %s%s  [%s]  %s\n", f.flagged_at.c_str(), f.run_id.c_str(), as.c_str(), state.c_str(),
                   escape_for_terminal(violation_summary(f.violation)).c_str());
     }
   }
@@ -187,16 +201,25 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
-int run_unflag(const std::string& ref_text) {
+int run_unflag(const std::string& ref_text, const std::string& reason) {
   auto ref = ref_or_usage("unflag", ref_text);
   if (!ref) return kExitUsage;
+  if (reason.find_first_not_of(" \t\r\n") == std::string::npos) {
+    std::fprintf(stderr, "soyaos pack unflag: --reason TEXT is required (why the flag may be cleared)\n");
+    return kExitUsage;
+  }
   auto reg = open_registry();
   if (!reg) return fail("unflag", reg.error());
-  auto n = (*reg)->unflag(ref->name, ref->version);
+  auto n = (*reg)->unflag(ref->name, ref->version, reason, moon::current_actor());
   if (!n) return fail("unflag", n.error());
   if (*n == 0) {
-    auto p = (*reg)->get(*ref);
-    if (!p) return fail("unflag", p.error());
+    // A directory run may have flagged a NAME@VERSION never pushed: known when it has flags.
+    auto all = (*reg)->flags(ref->name, ref->version, "");
+    if (!all) return fail("unflag", all.error());
+    if (all->empty()) {
+      auto p = (*reg)->get(*ref);
+      if (!p) return fail("unflag", p.error());
+    }
     std::printf("not flagged  %s\n", ref->str().c_str());
   } else {
     std::printf("unflagged  %s  (%d flag%s cleared)\n", ref->str().c_str(), *n, *n == 1 ? "" : "s");
@@ -239,9 +262,12 @@ void register_pack_registry(CLI::App& pack, CliContext& ctx) {
   }
   {
     auto ref = std::make_shared<std::string>();
-    auto* cmd = pack.add_subcommand("unflag", "Clear the flags a violation raised on NAME@VERSION");
+    auto reason = std::make_shared<std::string>();
+    auto* cmd = pack.add_subcommand("unflag", "Clear the flags a violation raised on NAME@VERSION (recorded as an event)");
     cmd->add_option("REF", *ref, "NAME@VERSION")->required();
-    cmd->callback([ref, &ctx] { ctx.exit_code = run_unflag(*ref); });
+    // Required, checked in run_unflag (after the reference) so the error names the command.
+    cmd->add_option("--reason", *reason, "Why the flag may be cleared (required; stored in the pack_unflagged event)");
+    cmd->callback([ref, reason, &ctx] { ctx.exit_code = run_unflag(*ref, *reason); });
   }
 }
 

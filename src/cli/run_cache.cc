@@ -133,12 +133,13 @@ RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& r
 
   // A flagged version (C8 (4)) is run, never replayed: its runs must warn and emit
   // pack_flagged, which the run's own Moon hooks do.
+  // Flagged as NAME@VERSION or as this content (a directory run flags by digest too).
   auto moon_backend = moon::open_moon(home);
   if (!moon_backend) {
     warn(moon_backend.error().describe() + "; running without the cache");
     return RunCache(std::move(s));
   }
-  auto flags = (*moon_backend)->flags(m.name, m.version);
+  auto flags = (*moon_backend)->flags(m.name, m.version, *pack_digest);
   if (!flags) {
     warn(flags.error().describe() + "; running without the cache");
     return RunCache(std::move(s));

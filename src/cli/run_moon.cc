@@ -3,13 +3,39 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "common/digest.h"
 #include "moon/backend.h"
+#include "moon/semver.h"
 
 namespace soyaos::cli {
 namespace fs = std::filesystem;
+
+namespace {
+
+// The newest pushed version of `name` (semver), other than `except`, with no active flag
+// (on it or on its content); "" when there is none.
+Result<std::string> newest_unflagged(moon::MoonBackend& moon, const std::string& name, const std::string& except) {
+  auto all = moon.list();
+  if (!all) return all.error();
+  std::vector<moon::PackRecord> mine;
+  for (auto& p : *all) {
+    if (p.name == name && p.version != except) mine.push_back(std::move(p));
+  }
+  std::sort(mine.begin(), mine.end(),
+            [](const auto& a, const auto& b) { return moon::compare_semver(a.version, b.version) > 0; });
+  for (const auto& p : mine) {
+    auto f = moon.active_flag(p.name, p.version, p.tree_digest);
+    if (!f) return f.error();
+    if (!*f) return p.version;
+  }
+  return std::string();
+}
+
+}  // namespace
 
 Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
   // The Moon this run uses: the daemon when one answers (or SOYAOS_MOON_SOCKET names one),
@@ -18,48 +44,57 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
   if (!backend) return backend.error();
   struct State {
     std::unique_ptr<moon::MoonBackend> moon;
-    std::optional<moon::PackRecord> pushed;  // the pushed version this directory is, if any
   };
-  auto state = std::make_shared<State>(State{std::move(backend.value()), {}});
+  auto state = std::make_shared<State>(State{std::move(backend.value())});
 
   supervisor::RunHooks hooks;
   hooks.before_launch = [state](const scope::RunContext& ctx, const supervisor::EmitFn& emit) -> Status {
-    auto pushed = state->moon->find_by_digest(ctx.digest);
-    if (!pushed) return pushed.error();
-    state->pushed = *pushed;
-    auto flag = state->moon->active_flag(ctx.pack, ctx.version);
+    // Flagged as NAME@VERSION, or as this content (a directory run flags by digest too).
+    auto flag = state->moon->active_flag(ctx.pack, ctx.version, ctx.digest);
     if (!flag) return flag.error();
-    if (*flag) {
-      const auto& f = **flag;
-      std::fprintf(stderr,
-                   "soyaos: warning: %s@%s is flagged: run %s had a capability violation (%s); "
-                   "`soyaos pack inspect %s@%s` shows it, `soyaos pack unflag` clears it\n",
-                   ctx.pack.c_str(), ctx.version.c_str(), f.run_id.c_str(), f.flagged_at.c_str(),
-                   ctx.pack.c_str(), ctx.version.c_str());
-      nlohmann::ordered_json violation = nlohmann::ordered_json::parse(f.violation, nullptr, false);
-      emit("pack_flagged", {{"flagged_by_run", f.run_id},
-                            {"flagged_at", f.flagged_at},
-                            {"violation", violation.is_discarded() ? nlohmann::ordered_json(f.violation)
-                                                                   : violation}});
-    }
+    if (!*flag) return {};
+    const auto& f = **flag;
+    auto newest = newest_unflagged(*state->moon, ctx.pack, ctx.version);
+    if (!newest) return newest.error();
+    std::string advice = newest->empty() ? std::string("no unflagged version of ") + ctx.pack + " is pushed"
+                                         : "the newest unflagged version is " + ctx.pack + "@" + *newest;
+    std::fprintf(stderr,
+                 "soyaos: warning: %s@%s is flagged: run %s had a capability violation (%s); %s; "
+                 "`soyaos pack inspect %s@%s` shows it, `soyaos pack unflag %s@%s --reason TEXT` clears it\n",
+                 ctx.pack.c_str(), ctx.version.c_str(), f.run_id.c_str(), f.flagged_at.c_str(), advice.c_str(),
+                 ctx.pack.c_str(), ctx.version.c_str(), ctx.pack.c_str(), ctx.version.c_str());
+    nlohmann::ordered_json violation = nlohmann::ordered_json::parse(f.violation, nullptr, false);
+    emit("pack_flagged", {{"raised", false},
+                          {"flagged_by_run", f.run_id},
+                          {"flagged_at", f.flagged_at},
+                          {"newest_unflagged", newest->empty() ? nlohmann::ordered_json(nullptr)
+                                                               : nlohmann::ordered_json(*newest)},
+                          {"violation", violation.is_discarded() ? nlohmann::ordered_json(f.violation) : violation}});
     return {};
   };
   hooks.after_run = [state](const scope::RunContext& ctx, const std::vector<nlohmann::ordered_json>& events,
                             const std::vector<supervisor::Violation>& violations) -> Status {
-    // Flag first (C8 (4)): a failure to store the events must never leave a version that
-    // misbehaved unflagged. The first violation event of the run is the flag's reason.
-    Status flag_status;
-    if (!violations.empty() && state->pushed) {
-      for (const auto& e : events) {
-        if (e.value("type", "") != "capability_violation") continue;
-        if (auto flagged = state->moon->flag(ctx.pack, ctx.version, ctx.run_id, e); !flagged) {
-          flag_status = flagged.error();
+    // Flag first (C8 (4)): a failure to store the events must never cost the flag. Every
+    // run flags, directory runs included (by NAME@VERSION and the digest that ran).
+    Status flagged;
+    if (!violations.empty()) {
+      nlohmann::ordered_json reason;
+      for (const auto& e : events) {  // the first violation event of the run is the flag's reason
+        if (e.value("type", "") == "capability_violation") {
+          reason = e;
+          break;
         }
-        break;
       }
+      if (reason.is_null()) {  // not among the events (dropped past a cap): describe it
+        const auto& v = violations.front();
+        reason = {{"surface", v.surface}, {"resource", v.resource}, {"syscall", v.syscall},
+                  {"errno", v.errno_name}, {"manifest_entry", v.manifest_entry}};
+      }
+      auto added = state->moon->flag(ctx.pack, ctx.version, ctx.digest, ctx.run_id, reason);
+      if (!added) flagged = added.error();
     }
     if (auto s = state->moon->append_events(events); !s) return s;
-    return flag_status;
+    return flagged;
   };
   return hooks;
 }

@@ -13,10 +13,11 @@
 
 namespace soyaos::cli {
 
-// Hooks for run_pack: before launch, warn (stderr) and emit `pack_flagged` when this pack
-// version is flagged; after the run, append every event to the Moon's store in one durable
-// transaction and, after a violation, flag the version when the directory is a pushed one
-// (its tree digest matches a pushed version).
+// Hooks for run_pack: before launch, warn (stderr, naming the newest unflagged version)
+// and emit `pack_flagged` when this pack version or its content (digest) is flagged; after
+// the run, after a violation, first flag NAME@VERSION and the digest that ran (directory
+// runs too; the Moon stores a `pack_flagged` event), then append every event to the
+// Moon's store in one durable transaction.
 Result<supervisor::RunHooks> moon_run_hooks(const std::filesystem::path& home);
 
 // Extracts NAME@VERSION from the registry into HOME/run-cache/<digest>/pack (once per

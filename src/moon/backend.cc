@@ -3,10 +3,13 @@
 #include "moon/backend.h"
 
 #include <sqlite3.h>
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <vector>
 
 #include "lint/report.h"
 
@@ -55,18 +58,21 @@ class EmbeddedMoon final : public MoonBackend {
   Result<std::optional<PackRecord>> find_by_digest(const std::string& digest) override {
     return reg_.find_by_digest(digest);
   }
-  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version) override {
-    return reg_.active_flag(name, version);
+  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version,
+                                                const std::string& digest) override {
+    return reg_.active_flag(name, version, digest);
   }
-  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) override {
-    return reg_.flags(name, version);
+  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version,
+                                        const std::string& digest) override {
+    return reg_.flags(name, version, digest);
   }
-  Result<int> unflag(const std::string& name, const std::string& version) override {
-    return reg_.unflag(name, version);
+  Result<int> unflag(const std::string& name, const std::string& version, const std::string& reason,
+                     const Actor& actor) override {
+    return reg_.unflag(name, version, reason, actor);
   }
-  Result<bool> flag(const std::string& name, const std::string& version, const std::string& run_id,
-                    const json& violation) override {
-    return reg_.flag(name, version, run_id, violation);
+  Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
+                    const std::string& run_id, const json& violation) override {
+    return reg_.flag(name, version, digest, run_id, violation);
   }
   Status append_events(std::span<const json> events) override { return reg_.store().append_events(events); }
   Result<std::vector<StoredEvent>> query_events(const EventQuery& q) override {
@@ -173,26 +179,51 @@ PackRecord pack_from_json(const json& j) {
 }
 
 json to_json(const FlagRecord& f) {
-  return {{"id", f.id},           {"name", f.name},
-          {"version", f.version}, {"run_id", f.run_id},
-          {"violation", f.violation}, {"flagged_at", f.flagged_at},
-          {"cleared", f.cleared}, {"cleared_at", f.cleared_at},
-          {"active", f.active},   {"superseded_by", f.superseded_by}};
+  return {{"id", f.id},
+          {"name", f.name},
+          {"version", f.version},
+          {"digest", f.digest},
+          {"run_id", f.run_id},
+          {"violation", f.violation},
+          {"flagged_at", f.flagged_at},
+          {"cleared", f.cleared},
+          {"cleared_at", f.cleared_at},
+          {"cleared_by", {{"uid", f.cleared_by.uid}, {"user", f.cleared_by.user}}},
+          {"cleared_reason", f.cleared_reason},
+          {"active", f.active}};
 }
 FlagRecord flag_from_json(const json& j) {
   FlagRecord f;
   f.id = num(j, "id");
   f.name = str(j, "name");
   f.version = str(j, "version");
+  f.digest = str(j, "digest");
   f.run_id = str(j, "run_id");
   f.violation = str(j, "violation");
   f.flagged_at = str(j, "flagged_at");
   f.cleared = j.value("cleared", false);
   f.cleared_at = str(j, "cleared_at");
+  if (j.contains("cleared_by") && j["cleared_by"].is_object()) {
+    f.cleared_by.uid = num(j["cleared_by"], "uid");
+    f.cleared_by.user = str(j["cleared_by"], "user");
+  }
+  f.cleared_reason = str(j, "cleared_reason");
   f.active = j.value("active", false);
-  f.superseded_by = str(j, "superseded_by");
   return f;
 }
+
+Actor actor_for_uid(int64_t uid) {
+  Actor a;
+  a.uid = uid;
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(static_cast<uid_t>(uid), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr)
+    a.user = found->pw_name;
+  return a;
+}
+
+Actor current_actor() { return actor_for_uid(static_cast<int64_t>(::getuid())); }
 
 json to_json(const StoredEvent& e) {
   return {{"seq", e.seq},   {"time", e.time},       {"type", e.type}, {"run_id", e.run_id},

@@ -78,11 +78,17 @@ class MoonBackend {
   virtual Result<std::optional<PackRecord>> find_by_digest(const std::string& digest) = 0;
 
   // ---- flags (C8 (4)) ----
-  virtual Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version) = 0;
-  virtual Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) = 0;
-  virtual Result<int> unflag(const std::string& name, const std::string& version) = 0;
-  virtual Result<bool> flag(const std::string& name, const std::string& version, const std::string& run_id,
-                            const nlohmann::ordered_json& violation) = 0;
+  // `digest` (optional): flags raised on that tree digest count too (directory runs).
+  virtual Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version,
+                                                        const std::string& digest) = 0;
+  virtual Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version,
+                                                const std::string& digest) = 0;
+  // `actor` is this process's user (current_actor()); the daemon ignores it and records
+  // its peer's uid (SO_PEERCRED) instead.
+  virtual Result<int> unflag(const std::string& name, const std::string& version, const std::string& reason,
+                             const Actor& actor) = 0;
+  virtual Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
+                            const std::string& run_id, const nlohmann::ordered_json& violation) = 0;
 
   // ---- Scope events (E3, E4) ----
   // Returns once the events are durable (one transaction), as EventStore::append.
@@ -91,6 +97,11 @@ class MoonBackend {
 
   virtual Result<MoonStatus> status() = 0;
 };
+
+// The user of `uid` (its name from the password database, "" when it has none).
+Actor actor_for_uid(int64_t uid);
+// This process's real user.
+Actor current_actor();
 
 // The embedded Moon of `home` (opened now: an unusable home is an error here).
 Result<std::unique_ptr<MoonBackend>> open_embedded(const std::filesystem::path& home);

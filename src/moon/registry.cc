@@ -416,18 +416,47 @@ Result<PackRecord> Registry::pull(const PackRef& ref, const fs::path& dest_in) {
   return *rec;
 }
 
-Result<bool> Registry::flag(const std::string& name, const std::string& version, const std::string& run_id,
-                            const json& violation) {
-  return store_.add_flag(name, version, run_id, violation.dump(-1, ' ', false, json::error_handler_t::replace));
+Result<bool> Registry::flag(const std::string& name, const std::string& version, const std::string& digest,
+                            const std::string& run_id, const json& violation) {
+  FlagRecord f;
+  f.name = name;
+  f.version = version;
+  f.digest = digest;
+  f.run_id = run_id;
+  f.violation = violation.dump(-1, ' ', false, json::error_handler_t::replace);
+  f.flagged_at = scope::now_rfc3339();
+  scope::RunContext ctx{hostname(), run_id, name, version, digest};
+  json event = scope::make_event(ctx, "pack_flagged",
+                                 {{"raised", true}, {"flagged_by_run", run_id}, {"flagged_at", f.flagged_at},
+                                  {"violation", violation}});
+  event["source"] = "soyaos://" + ctx.host + "/moon";
+  return store_.add_flag(f, event);
 }
 
-Result<std::optional<FlagRecord>> Registry::active_flag(const std::string& name, const std::string& version) {
-  auto all = store_.flags(name, version);
+Result<std::optional<FlagRecord>> Registry::active_flag(const std::string& name, const std::string& version,
+                                                        const std::string& digest) {
+  auto all = store_.flags(name, version, digest);
   if (!all) return all.error();
   for (auto it = all->rbegin(); it != all->rend(); ++it) {
     if (it->active) return std::optional<FlagRecord>(*it);
   }
   return std::optional<FlagRecord>();
+}
+
+Result<int> Registry::unflag(const std::string& name, const std::string& version, const std::string& reason,
+                             const Actor& actor) {
+  if (reason.find_first_not_of(" \t\r\n") == std::string::npos)
+    return make_error("unflag " + name + "@" + version + ": a reason is required (--reason TEXT)");
+  auto pushed = store_.pack(name, version);
+  if (!pushed) return pushed.error();
+  const std::string digest = *pushed ? (*pushed)->tree_digest : std::string();
+  scope::RunContext ctx{hostname(), "", name, version, digest};
+  json event = scope::make_event(
+      ctx, "pack_unflagged",
+      {{"reason", reason}, {"actor", {{"uid", actor.uid}, {"user", actor.user.empty() ? json(nullptr) : json(actor.user)}}}});
+  event["source"] = "soyaos://" + ctx.host + "/moon";
+  event["data"]["run_id"] = nullptr;
+  return store_.clear_flags(name, version, digest, actor, reason, std::move(event));
 }
 
 namespace {

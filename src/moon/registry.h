@@ -87,20 +87,27 @@ class Registry {
   Result<std::vector<PackRecord>> list() { return store_.packs(); }
 
   // ---- flags (C8(4)) ----
-  // Flags NAME@VERSION after a run with a violation. `violation` is the run's
-  // capability_violation event (or any JSON describing it). One flag per run: a second
-  // call with the same run_id is ignored (returns false).
-  Result<bool> flag(const std::string& name, const std::string& version, const std::string& run_id,
-                    const nlohmann::ordered_json& violation);
-  // The newest active flag of NAME@VERSION: not cleared by unflag, and no newer version
-  // (semver) of the pack pushed since it was raised. nullopt when not flagged.
-  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version);
-  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) {
-    return store_.flags(name, version);
+  // Flags NAME@VERSION and `digest` (the tree digest of the pack that ran; a directory
+  // run flags too) after a run with a violation, and stores the `pack_flagged` event that
+  // says so (data.run_id: the run that caused it). `violation` is the run's
+  // capability_violation event. One flag per run: a second call with the same run_id is
+  // ignored (returns false, no event). A flag stays until unflag(): a newer version does
+  // not clear it.
+  Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
+                    const std::string& run_id, const nlohmann::ordered_json& violation);
+  // The newest flag not cleared of NAME@VERSION or of `digest` (when not empty). nullopt
+  // when not flagged.
+  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version,
+                                                const std::string& digest = "");
+  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version,
+                                        const std::string& digest = "") {
+    return store_.flags(name, version, digest);
   }
-  // Clears every flag of NAME@VERSION not cleared yet (superseded ones included); returns
-  // how many.
-  Result<int> unflag(const std::string& name, const std::string& version) { return store_.clear_flags(name, version); }
+  // Clears every flag of NAME@VERSION not cleared yet (and those raised on its tree digest
+  // when it is pushed), recording `actor` and `reason` (required, not blank) and storing a
+  // `pack_unflagged` event. Returns how many were cleared (0: nothing was flagged, no event).
+  Result<int> unflag(const std::string& name, const std::string& version, const std::string& reason,
+                     const Actor& actor);
 
   // The pushed pack whose tree digest (common/digest.h tree_digest(), what `soyaos run`
   // computes for a pack directory) or archive digest is `digest` ("sha256:HEX"); the most

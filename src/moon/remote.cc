@@ -207,9 +207,11 @@ class RemoteMoon final : public MoonBackend {
     return std::optional<PackRecord>(pack_from_json((*r)["pack"]));
   }
 
-  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version) override {
-    auto r = request({{"op", "active_flag"}, {"name", name}, {"version", version}}, [&](MoonBackend& b) -> Result<json> {
-      auto f = b.active_flag(name, version);
+  Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version,
+                                                const std::string& digest) override {
+    json req = {{"op", "active_flag"}, {"name", name}, {"version", version}, {"digest", digest}};
+    auto r = request(req, [&](MoonBackend& b) -> Result<json> {
+      auto f = b.active_flag(name, version, digest);
       if (!f) return f.error();
       return json{{"flag", *f ? to_json(**f) : json(nullptr)}};
     });
@@ -218,9 +220,11 @@ class RemoteMoon final : public MoonBackend {
     return std::optional<FlagRecord>(flag_from_json((*r)["flag"]));
   }
 
-  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version) override {
-    auto r = request({{"op", "flags"}, {"name", name}, {"version", version}}, [&](MoonBackend& b) -> Result<json> {
-      auto f = b.flags(name, version);
+  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version,
+                                        const std::string& digest) override {
+    json req = {{"op", "flags"}, {"name", name}, {"version", version}, {"digest", digest}};
+    auto r = request(req, [&](MoonBackend& b) -> Result<json> {
+      auto f = b.flags(name, version, digest);
       if (!f) return f.error();
       json arr = json::array();
       for (const auto& x : *f) arr.push_back(to_json(x));
@@ -232,9 +236,13 @@ class RemoteMoon final : public MoonBackend {
     return out;
   }
 
-  Result<int> unflag(const std::string& name, const std::string& version) override {
-    auto r = request({{"op", "unflag"}, {"name", name}, {"version", version}}, [&](MoonBackend& b) -> Result<json> {
-      auto n = b.unflag(name, version);
+  // The actor is not sent: the daemon records its peer's uid (SO_PEERCRED). It is used
+  // only when the request falls back to the embedded Moon (this process's own user).
+  Result<int> unflag(const std::string& name, const std::string& version, const std::string& reason,
+                     const Actor& actor) override {
+    json req = {{"op", "unflag"}, {"name", name}, {"version", version}, {"reason", reason}};
+    auto r = request(req, [&](MoonBackend& b) -> Result<json> {
+      auto n = b.unflag(name, version, reason, actor);
       if (!n) return n.error();
       return json{{"cleared", *n}};
     });
@@ -242,11 +250,12 @@ class RemoteMoon final : public MoonBackend {
     return r->value("cleared", 0);
   }
 
-  Result<bool> flag(const std::string& name, const std::string& version, const std::string& run_id,
-                    const json& violation) override {
-    json req = {{"op", "flag"}, {"name", name}, {"version", version}, {"run_id", run_id}, {"violation", violation}};
+  Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
+                    const std::string& run_id, const json& violation) override {
+    json req = {{"op", "flag"},       {"name", name},     {"version", version},
+                {"digest", digest},   {"run_id", run_id}, {"violation", violation}};
     auto r = request(req, [&](MoonBackend& b) -> Result<json> {
-      auto added = b.flag(name, version, run_id, violation);
+      auto added = b.flag(name, version, digest, run_id, violation);
       if (!added) return added.error();
       return json{{"added", *added}};
     });

@@ -38,6 +38,7 @@ struct Peer {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  bool known = false;  // SO_PEERCRED answered: uid/gid/pid are the peer's
   [[nodiscard]] std::string str() const {
     return "uid=" + std::to_string(uid) + " gid=" + std::to_string(gid) + " pid=" + std::to_string(pid);
   }
@@ -161,26 +162,29 @@ Result<json> dispatch(Shared& sh, MoonBackend& moon, const json& req, const Peer
     return json{{"pack", *p ? to_json(**p) : json(nullptr)}};
   }
   if (op == "active_flag") {
-    auto f = moon.active_flag(name, version);
+    auto f = moon.active_flag(name, version, req_str(req, "digest"));
     if (!f) return f.error();
     return json{{"flag", *f ? to_json(**f) : json(nullptr)}};
   }
   if (op == "flags") {
-    auto f = moon.flags(name, version);
+    auto f = moon.flags(name, version, req_str(req, "digest"));
     if (!f) return f.error();
     json arr = json::array();
     for (const auto& x : *f) arr.push_back(to_json(x));
     return json{{"flags", std::move(arr)}};
   }
   if (op == "unflag") {
-    auto n = moon.unflag(name, version);
+    // Who did it comes from the socket (SO_PEERCRED), never from the client's message.
+    if (!peer.known) return make_error("unflag: the client's credentials (SO_PEERCRED) are unknown");
+    auto n = moon.unflag(name, version, req_str(req, "reason"), actor_for_uid(peer.uid));
     if (!n) return n.error();
     if (*n > 0) sh.log("unflag " + name + "@" + version + " (" + std::to_string(*n) + ") by " + peer.str());
     return json{{"cleared", *n}};
   }
   if (op == "flag") {
     const std::string run_id = req_str(req, "run_id");
-    auto added = moon.flag(name, version, run_id, req.contains("violation") ? req["violation"] : json(nullptr));
+    auto added = moon.flag(name, version, req_str(req, "digest"), run_id,
+                           req.contains("violation") ? req["violation"] : json(nullptr));
     if (!added) return added.error();
     if (*added) sh.log("flag " + name + "@" + version + " run " + run_id + " by " + peer.str());
     return json{{"added", *added}};
@@ -219,7 +223,7 @@ void serve_client(Shared& sh, int fd) {
   Peer peer;
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer = {cred.pid, cred.uid, cred.gid};
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer = {cred.pid, cred.uid, cred.gid, true};
   timeval tv{600, 0};  // an idle client is let go after 10 minutes
   (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   timeval stv{300, 0};

@@ -65,6 +65,16 @@ CREATE INDEX IF NOT EXISTS events_pack ON events (pack);
 CREATE INDEX IF NOT EXISTS events_time ON events (time);
 )sql";
 
+// Schema 2 (C8 (4)): a flag records the digest that ran (directory runs flag by digest)
+// and who cleared it and why.
+const char* const kSchemaV2 = R"sql(
+ALTER TABLE flags ADD COLUMN digest TEXT NOT NULL DEFAULT '';
+ALTER TABLE flags ADD COLUMN cleared_by_uid INTEGER;
+ALTER TABLE flags ADD COLUMN cleared_by_user TEXT;
+ALTER TABLE flags ADD COLUMN cleared_reason TEXT;
+CREATE INDEX IF NOT EXISTS flags_digest ON flags (digest);
+)sql";
+
 Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
   return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
 }
@@ -216,6 +226,11 @@ Status Store::init_schema() {
   if (*v == 0) {
     if (auto s = exec(db_, path_, kSchemaV1, "create the schema"); !s) return s;
     if (auto s = exec(db_, path_, "PRAGMA user_version=1", "set the schema version"); !s) return s;
+    *v = 1;
+  }
+  if (*v == 1) {
+    if (auto s = exec(db_, path_, kSchemaV2, "upgrade the schema to version 2"); !s) return s;
+    if (auto s = exec(db_, path_, "PRAGMA user_version=2", "set the schema version"); !s) return s;
   }
   return txn.commit();
 }
@@ -275,67 +290,72 @@ Result<bool> Store::insert_pack(const PackRecord& p, const json& pushed_event) {
 
 // ---- flags ----
 
-Result<bool> Store::add_flag(const std::string& name, const std::string& version, const std::string& run_id,
-                             const std::string& violation_json) {
+Result<bool> Store::add_flag(const FlagRecord& f, const json& flagged_event) {
+  // Autocommit: the flag is durable before its event is written (flag first).
   auto st = prepare(db_, path_,
-                    "INSERT OR IGNORE INTO flags (name, version, run_id, violation, flagged_at, packs_seen) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, (SELECT COALESCE(MAX(id), 0) FROM packs))");
+                    "INSERT OR IGNORE INTO flags (name, version, digest, run_id, violation, flagged_at, packs_seen) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(id), 0) FROM packs))");
   if (!st) return st.error();
-  st->bind(1, name).bind(2, version).bind(3, run_id).bind(4, violation_json).bind(5, scope::now_rfc3339());
-  if (auto s = step_done(*st, db_, path_, "flag " + name + "@" + version); !s) return s.error();
-  return sqlite3_changes(db_) > 0;
+  st->bind(1, f.name).bind(2, f.version).bind(3, f.digest).bind(4, f.run_id).bind(5, f.violation);
+  st->bind(6, f.flagged_at.empty() ? scope::now_rfc3339() : f.flagged_at);
+  if (auto s = step_done(*st, db_, path_, "flag " + f.name + "@" + f.version); !s) return s.error();
+  if (sqlite3_changes(db_) == 0) return false;
+  if (auto s = append_events(std::span<const json>(&flagged_event, 1)); !s)
+    return make_error("flag " + f.name + "@" + f.version + " is stored, its pack_flagged event is not: " +
+                      s.error().describe());
+  return true;
 }
 
-Result<std::vector<FlagRecord>> Store::flags(const std::string& name, const std::string& version) {
-  // Versions of the pack pushed after the oldest flag could have been superseded.
+Result<std::vector<FlagRecord>> Store::flags(const std::string& name, const std::string& version,
+                                             const std::string& digest) {
   auto st = prepare(db_, path_,
-                    "SELECT id, run_id, violation, flagged_at, packs_seen, cleared, COALESCE(cleared_at, '') "
-                    "FROM flags WHERE name=?1 AND version=?2 ORDER BY id");
+                    "SELECT id, name, version, digest, run_id, violation, flagged_at, cleared, "
+                    "COALESCE(cleared_at, ''), COALESCE(cleared_by_uid, -1), COALESCE(cleared_by_user, ''), "
+                    "COALESCE(cleared_reason, '') FROM flags "
+                    "WHERE (name=?1 AND version=?2) OR (?3 <> '' AND digest=?3) ORDER BY id");
   if (!st) return st.error();
-  st->bind(1, name).bind(2, version);
+  st->bind(1, name).bind(2, version).bind(3, digest);
   std::vector<FlagRecord> out;
-  std::vector<int64_t> seen;
   int rc = 0;
   while ((rc = st->step()) == SQLITE_ROW) {
     FlagRecord f;
     f.id = st->integer(0);
-    f.name = name;
-    f.version = version;
-    f.run_id = st->text(1);
-    f.violation = st->text(2);
-    f.flagged_at = st->text(3);
-    seen.push_back(st->integer(4));
-    f.cleared = st->integer(5) != 0;
-    f.cleared_at = st->text(6);
+    f.name = st->text(1);
+    f.version = st->text(2);
+    f.digest = st->text(3);
+    f.run_id = st->text(4);
+    f.violation = st->text(5);
+    f.flagged_at = st->text(6);
+    f.cleared = st->integer(7) != 0;
+    f.cleared_at = st->text(8);
+    f.cleared_by.uid = st->integer(9);
+    f.cleared_by.user = st->text(10);
+    f.cleared_reason = st->text(11);
+    f.active = !f.cleared;
     out.push_back(std::move(f));
   }
   if (rc != SQLITE_DONE) return db_error(db_, path_, "read flags of " + name + "@" + version);
-  if (out.empty()) return out;
-  auto later = prepare(db_, path_, "SELECT id, version FROM packs WHERE name=?1 AND id>?2 ORDER BY id");
-  if (!later) return later.error();
-  later->bind(1, name).bind(2, *std::min_element(seen.begin(), seen.end()));
-  std::vector<std::pair<int64_t, std::string>> pushed;
-  while ((rc = later->step()) == SQLITE_ROW) pushed.emplace_back(later->integer(0), later->text(1));
-  if (rc != SQLITE_DONE) return db_error(db_, path_, "read versions of " + name);
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (const auto& [id, v] : pushed) {
-      if (id > seen[i] && compare_semver(v, version) > 0) {
-        out[i].superseded_by = v;
-        break;
-      }
-    }
-    out[i].active = !out[i].cleared && out[i].superseded_by.empty();
-  }
   return out;
 }
 
-Result<int> Store::clear_flags(const std::string& name, const std::string& version) {
+Result<int> Store::clear_flags(const std::string& name, const std::string& version, const std::string& digest,
+                               const Actor& actor, const std::string& reason, json unflagged_event) {
+  Txn txn(db_, path_, exec, "begin a transaction", "commit");
+  if (auto s = txn.begin(); !s) return s.error();
   auto st = prepare(db_, path_,
-                    "UPDATE flags SET cleared=1, cleared_at=?3 WHERE name=?1 AND version=?2 AND cleared=0");
+                    "UPDATE flags SET cleared=1, cleared_at=?4, cleared_by_uid=?5, cleared_by_user=?6, "
+                    "cleared_reason=?7 WHERE ((name=?1 AND version=?2) OR (?3 <> '' AND digest=?3)) AND cleared=0");
   if (!st) return st.error();
-  st->bind(1, name).bind(2, version).bind(3, scope::now_rfc3339());
+  st->bind(1, name).bind(2, version).bind(3, digest).bind(4, scope::now_rfc3339());
+  st->bind(5, actor.uid).bind(6, actor.user).bind(7, reason);
   if (auto s = step_done(*st, db_, path_, "unflag " + name + "@" + version); !s) return s.error();
-  return sqlite3_changes(db_);
+  const int n = sqlite3_changes(db_);
+  if (n > 0) {
+    unflagged_event["data"]["cleared"] = n;
+    if (auto s = append_events(std::span<const json>(&unflagged_event, 1)); !s) return s.error();
+  }
+  if (auto s = txn.commit(); !s) return s.error();
+  return n;
 }
 
 // ---- events ----

@@ -25,7 +25,7 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 // $SOYAOS_HOME, else $XDG_DATA_HOME/soyaos, else $HOME/.local/share/soyaos. Not created.
 Result<std::filesystem::path> default_home();
@@ -44,19 +44,31 @@ struct PackRecord {
   std::string manifest;         // soyapack.yaml as pushed
 };
 
-// One flag raised on NAME@VERSION by a run with a violation (a row of `flags`).
+// Who changed the Moon's state by hand (`soyaos pack unflag`): in daemon mode the daemon
+// takes the uid from the socket's peer credentials (SO_PEERCRED), never from the client.
+struct Actor {
+  int64_t uid = -1;
+  std::string user;             // the uid's user name, "" when it has none
+};
+
+// One flag raised on NAME@VERSION by a run with a violation (a row of `flags`). A flag
+// stays on its version until `soyaos pack unflag` clears it: pushing a newer version does
+// not clear it (C8 (4)). `digest` is the tree digest of the pack that ran, so a directory
+// run flags that content too: a later push of the same digest, or another run of the same
+// directory, is flagged.
 struct FlagRecord {
   int64_t id = 0;
   std::string name;
   std::string version;
+  std::string digest;           // "sha256:HEX" tree digest of the pack that ran ("" before schema 2)
   std::string run_id;
   std::string violation;        // the capability_violation event (JSON text)
   std::string flagged_at;       // RFC 3339 UTC
   bool cleared = false;         // by `soyaos pack unflag`
   std::string cleared_at;
-  // Cleared, or a newer version (semver) of the pack was pushed after the flag.
-  bool active = false;
-  std::string superseded_by;    // that newer version, when there is one
+  Actor cleared_by;             // who ran `soyaos pack unflag`
+  std::string cleared_reason;   // its --reason
+  bool active = false;          // not cleared
 };
 
 // One stored Scope event.
@@ -103,13 +115,19 @@ class Store {
   Result<bool> insert_pack(const PackRecord& pack, const nlohmann::ordered_json& pushed_event);
 
   // ---- flags ----
-  // Records a flag; one per (name, version, run_id): false when that run already flagged it.
-  Result<bool> add_flag(const std::string& name, const std::string& version, const std::string& run_id,
-                        const std::string& violation_json);
-  // Every flag of NAME@VERSION, oldest first, with `active` computed.
-  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version);
-  // Clears the uncleared flags of NAME@VERSION; returns how many.
-  Result<int> clear_flags(const std::string& name, const std::string& version);
+  // Records a flag of NAME@VERSION (and `digest`); one per (name, version, run_id): false
+  // when that run already flagged it. The flag row is committed first, then `flagged_event`
+  // (the `pack_flagged` event) is appended: an event-storage failure is reported but never
+  // loses the flag.
+  Result<bool> add_flag(const FlagRecord& flag, const nlohmann::ordered_json& flagged_event);
+  // Every flag of NAME@VERSION, or of `digest` when it is not empty, oldest first.
+  Result<std::vector<FlagRecord>> flags(const std::string& name, const std::string& version,
+                                        const std::string& digest = "");
+  // Clears the uncleared flags of NAME@VERSION (and of `digest` when not empty), recording
+  // who and why, and appends `unflagged_event` (its data gets "cleared": N) in the same
+  // transaction; nothing is appended when there was nothing to clear. Returns how many.
+  Result<int> clear_flags(const std::string& name, const std::string& version, const std::string& digest,
+                          const Actor& actor, const std::string& reason, nlohmann::ordered_json unflagged_event);
 
   // ---- events ----
   // All of `events` in one durable transaction, or none of them. Each must be a JSON

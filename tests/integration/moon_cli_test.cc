@@ -2,6 +2,8 @@
 // the real binary with SOYAOS_HOME in a temp directory.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -183,14 +185,38 @@ TEST_F(MoonCli, InspectListAndUnflagShowFlags) {
   EXPECT_EQ(doc["manifest"]["resources"]["pids"], 16);
   EXPECT_EQ(doc["tree_digest"], tree_digest(src).value());
 
-  r = soyaos({"pack", "unflag", "hello-report@1.0.0"});
-  EXPECT_EQ(r.exit_code, 0);
+  // --reason is required (and not blank): a usage error, nothing cleared.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"pack", "unflag", "hello-report@1.0.0"},
+        std::vector<std::string>{"pack", "unflag", "hello-report@1.0.0", "--reason", " "}}) {
+    r = soyaos(args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("--reason TEXT is required"), std::string::npos) << r.err;
+  }
+  EXPECT_NE(soyaos({"pack", "list"}).out.find("[flagged]"), std::string::npos);
+
+  r = soyaos({"pack", "unflag", "hello-report@1.0.0", "--reason", "fixture reads shadow on purpose"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "unflagged  hello-report@1.0.0  (1 flag cleared)\n");
   EXPECT_EQ(soyaos({"pack", "list"}).out.find("[flagged]"), std::string::npos);
-  r = soyaos({"pack", "unflag", "hello-report@1.0.0"});
+  r = soyaos({"pack", "unflag", "hello-report@1.0.0", "--reason", "again"});
   EXPECT_EQ(r.out, "not flagged  hello-report@1.0.0\n");
   r = soyaos({"pack", "inspect", "hello-report@1.0.0"});
   EXPECT_NE(r.out.find("[cleared "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": fixture reads shadow on purpose]"), std::string::npos) << r.out;
+  // The unflag is an event naming who did it (this process's uid) and why.
+  r = soyaos({"scope", "query", "--type", "pack_unflagged", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(lines(r.out).size(), 1U) << r.out;
+  const json ev = json::parse(lines(r.out)[0]);
+  EXPECT_EQ(ev["subject"], "hello-report@1.0.0");
+  EXPECT_EQ(ev["data"]["reason"], "fixture reads shadow on purpose");
+  EXPECT_EQ(ev["data"]["actor"]["uid"], static_cast<int64_t>(::getuid()));
+  EXPECT_EQ(ev["data"]["cleared"], 1);
+  r = soyaos({"pack", "inspect", "hello-report@1.0.0", "--format", "json"});
+  const json after = json::parse(r.out);
+  EXPECT_EQ(after["flags"][0]["cleared_reason"], "fixture reads shadow on purpose");
+  EXPECT_EQ(after["flags"][0]["cleared_by"]["uid"], static_cast<int64_t>(::getuid()));
 }
 
 TEST_F(MoonCli, ScopeQueryAndTail) {

@@ -254,28 +254,34 @@ TEST_F(MoonDaemon, ARunsEventsAndFlagGoThroughTheDaemon) {
   const std::string run_id = run_id_of(bad);
   // Visible from another process, through the daemon...
   auto events = stored({"--run", run_id});
-  ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[0]["type"], "run_started");
-  EXPECT_EQ(events[1]["type"], "capability_violation");
-  EXPECT_EQ(events[1]["data"]["resource"], "/etc/shadow");
-  EXPECT_EQ(events[2]["type"], "run_finished");
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0]["type"], "pack_flagged");  // raised first (flag first), by this run
+  EXPECT_EQ(events[1]["type"], "run_started");
+  EXPECT_EQ(events[2]["type"], "capability_violation");
+  EXPECT_EQ(events[2]["data"]["resource"], "/etc/shadow");
+  EXPECT_EQ(events[3]["type"], "run_finished");
   // ... and stored in the daemon's home: the embedded Moon of that home sees them too.
   auto direct = run_soyaos({"scope", "query", "--run", run_id, "--format", "json"},
                            {{"SOYAOS_HOME", daemon_home_}, {"SOYAOS_MOON_SOCKET", ""}});
-  EXPECT_EQ(lines(direct.out).size(), 3u) << direct.err;
+  EXPECT_EQ(lines(direct.out).size(), 4u) << direct.err;
   // The flag: the next run warns and emits pack_flagged.
   auto next = run(pack.string(), {"exit", "0"});
   EXPECT_EQ(next.exit_code, 0) << next.err;
   EXPECT_NE(next.err.find("comet-probe@0.1.0 is flagged"), std::string::npos) << next.err;
   auto flagged = stored({"--type", "pack_flagged"});
-  ASSERT_EQ(flagged.size(), 1u);
-  EXPECT_EQ(flagged[0]["data"]["flagged_by_run"], run_id);
+  ASSERT_EQ(flagged.size(), 2u);  // raised by the bad run, then the warning of the next
+  EXPECT_EQ(flagged[0]["data"]["run_id"], run_id);
+  EXPECT_EQ(flagged[1]["data"]["flagged_by_run"], run_id);
   auto inspect = soyaos({"pack", "inspect", "comet-probe@0.1.0"});
   EXPECT_NE(inspect.out.find("/etc/shadow"), std::string::npos) << inspect.out;
   EXPECT_NE(soyaos({"pack", "list"}).out.find("[flagged]"), std::string::npos);
-  // unflag through the daemon clears it.
-  auto u = soyaos({"pack", "unflag", "comet-probe@0.1.0"});
+  // unflag through the daemon clears it; the daemon records its peer's uid.
+  auto u = soyaos({"pack", "unflag", "comet-probe@0.1.0", "--reason", "daemon test"});
   EXPECT_EQ(u.out, "unflagged  comet-probe@0.1.0  (1 flag cleared)\n") << u.err;
+  auto un = stored({"--type", "pack_unflagged"});
+  ASSERT_EQ(un.size(), 1u);
+  EXPECT_EQ(un[0]["data"]["actor"]["uid"], static_cast<int64_t>(::getuid()));
+  EXPECT_EQ(un[0]["data"]["reason"], "daemon test");
   EXPECT_EQ(run(pack.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
   // NAME@VERSION from the daemon's registry (extracted into the client's run cache).
   fs::remove_all(pack);
@@ -302,14 +308,16 @@ TEST_F(MoonDaemon, TwentyParallelRunsLoseNoEvent) {
   }
   ASSERT_EQ(run_ids.size(), static_cast<size_t>(kRuns));
   auto events = stored({"--pack", "comet-probe"});
-  EXPECT_EQ(events.size(), 3u * kRuns);
+  EXPECT_EQ(events.size(), 4u * kRuns);  // each run raised its own flag
   std::map<std::string, std::vector<std::string>> by_run;
   for (const auto& e : events) by_run[e["data"]["run_id"]].push_back(e["type"]);
   for (const auto& id : run_ids) {
-    EXPECT_EQ(by_run[id], (std::vector<std::string>{"run_started", "capability_violation", "run_finished"})) << id;
+    EXPECT_EQ(by_run[id],
+              (std::vector<std::string>{"pack_flagged", "run_started", "capability_violation", "run_finished"}))
+        << id;
   }
   auto st = json::parse(soyaos({"moon", "status", "--format", "json"}).out);
-  EXPECT_EQ(st["events"], 3 * kRuns);
+  EXPECT_EQ(st["events"], 4 * kRuns);
   expect_client_home_unused();
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/digest.h"
 #include "harness.h"
 
 namespace soyaos::testing {
@@ -51,33 +52,44 @@ TEST_F(RunMoonTest, EveryEventOfARunIsStored) {
   auto r = run(pack_.string(), {"read", "/etc/shadow"});
   ASSERT_EQ(r.exit_code, 3) << r.err;
   auto events = stored({"--pack", "comet-probe"});
-  ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[0]["type"], "run_started");
-  EXPECT_EQ(events[1]["type"], "capability_violation");
-  EXPECT_EQ(events[2]["type"], "run_finished");
-  EXPECT_EQ(events[1]["data"]["resource"], "/etc/shadow");
+  ASSERT_EQ(events.size(), 4u);
+  // The flag is raised (and its event stored) before the run's events: flag first.
+  EXPECT_EQ(events[0]["type"], "pack_flagged");
+  EXPECT_EQ(events[1]["type"], "run_started");
+  EXPECT_EQ(events[2]["type"], "capability_violation");
+  EXPECT_EQ(events[3]["type"], "run_finished");
+  EXPECT_EQ(events[2]["data"]["resource"], "/etc/shadow");
 }
 
-TEST_F(RunMoonTest, AViolationFlagsThePushedVersionUntilANewerOneIsPushed) {
+TEST_F(RunMoonTest, AViolationFlagsThePushedVersionAndANewerPushDoesNotClearIt) {
   ASSERT_EQ(soyaos({"pack", "push", pack_.string()}).exit_code, 0);
   // A clean run: no flag, no warning.
   auto clean = run(pack_.string(), {"exit", "0"});
   EXPECT_EQ(clean.exit_code, 0) << clean.err;
   EXPECT_EQ(clean.err.find("flagged"), std::string::npos);
-  // A violation flags comet-probe@0.1.0 ...
+  // A violation flags comet-probe@0.1.0, as a pack_flagged event naming the run.
   auto bad = run(pack_.string(), {"read", "/etc/shadow"});
   ASSERT_EQ(bad.exit_code, 3);
+  auto raised = stored({"--type", "pack_flagged"});
+  ASSERT_EQ(raised.size(), 1u);
+  EXPECT_EQ(raised[0]["data"]["run_id"], run_id_of(bad));
+  EXPECT_EQ(raised[0]["data"]["raised"], true);
+  EXPECT_EQ(raised[0]["data"]["violation"]["data"]["resource"], "/etc/shadow");
   // ... so the next run warns and emits pack_flagged, naming the run that caused it.
   auto next = run(pack_.string(), {"exit", "0"});
   EXPECT_EQ(next.exit_code, 0);
   EXPECT_NE(next.err.find("comet-probe@0.1.0 is flagged"), std::string::npos) << next.err;
+  EXPECT_NE(next.err.find("no unflagged version of comet-probe is pushed"), std::string::npos) << next.err;
   auto flagged = stored({"--type", "pack_flagged"});
-  ASSERT_EQ(flagged.size(), 1u);
-  EXPECT_EQ(flagged[0]["data"]["flagged_by_run"], run_id_of(bad));
-  EXPECT_EQ(flagged[0]["data"]["violation"]["data"]["resource"], "/etc/shadow");
+  ASSERT_EQ(flagged.size(), 2u);  // raised, then this run's warning
+  EXPECT_EQ(flagged[1]["data"]["raised"], false);
+  EXPECT_NE(flagged[1]["data"]["run_id"], run_id_of(bad));
+  EXPECT_EQ(flagged[1]["data"]["flagged_by_run"], run_id_of(bad));
+  EXPECT_EQ(flagged[1]["data"]["violation"]["data"]["resource"], "/etc/shadow");
   auto inspect = soyaos({"pack", "inspect", "comet-probe@0.1.0"});
   EXPECT_NE(inspect.out.find("/etc/shadow"), std::string::npos) << inspect.out;
-  // A newer version is pushed: the old one is no longer flagged (C8 (4)).
+  // A newer version is pushed: the old one stays flagged (C8 (4)), and its warning names
+  // the newer, unflagged version.
   TempDir other;
   auto v2 = other.copy_from_source("tests/fixtures/probe", "pack");
   {
@@ -88,19 +100,56 @@ TEST_F(RunMoonTest, AViolationFlagsThePushedVersionUntilANewerOneIsPushed) {
   ASSERT_EQ(soyaos({"pack", "push", v2.string()}).exit_code, 0);
   auto after = run(pack_.string(), {"exit", "0"});
   EXPECT_EQ(after.exit_code, 0);
-  EXPECT_EQ(after.err.find("flagged"), std::string::npos) << after.err;
+  EXPECT_NE(after.err.find("comet-probe@0.1.0 is flagged"), std::string::npos) << after.err;
+  EXPECT_NE(after.err.find("the newest unflagged version is comet-probe@0.1.1"), std::string::npos) << after.err;
+  auto again = stored({"--type", "pack_flagged"});
+  ASSERT_EQ(again.size(), 3u);
+  EXPECT_EQ(again[2]["data"]["newest_unflagged"], "0.1.1");
+  EXPECT_NE(soyaos({"pack", "list"}).out.find("comet-probe@0.1.0  sha256:"), std::string::npos);
+  // The newer version itself is not flagged.
+  EXPECT_EQ(run(v2.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
 }
 
-TEST_F(RunMoonTest, UnflagClearsTheWarning) {
+TEST_F(RunMoonTest, UnflagNeedsAReasonAndClearsTheWarning) {
   ASSERT_EQ(soyaos({"pack", "push", pack_.string()}).exit_code, 0);
   ASSERT_EQ(run(pack_.string(), {"read", "/etc/shadow"}).exit_code, 3);
   EXPECT_NE(run(pack_.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
-  ASSERT_EQ(soyaos({"pack", "unflag", "comet-probe@0.1.0"}).exit_code, 0);
+  EXPECT_EQ(soyaos({"pack", "unflag", "comet-probe@0.1.0"}).exit_code, 2);
+  EXPECT_NE(run(pack_.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
+  ASSERT_EQ(soyaos({"pack", "unflag", "comet-probe@0.1.0", "--reason", "probe fixture"}).exit_code, 0);
   EXPECT_EQ(run(pack_.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
+  auto un = stored({"--type", "pack_unflagged"});
+  ASSERT_EQ(un.size(), 1u);
+  EXPECT_EQ(un[0]["data"]["reason"], "probe fixture");
+  // The user soyaos ran as (nobody in the rootless copy).
+  EXPECT_EQ(un[0]["data"]["actor"]["uid"], rootless_mode() ? int64_t{65534} : static_cast<int64_t>(::getuid()));
 }
 
-TEST_F(RunMoonTest, ADirectoryNeverPushedIsNotFlagged) {
-  ASSERT_EQ(run(pack_.string(), {"read", "/etc/shadow"}).exit_code, 3);
+TEST_F(RunMoonTest, ADirectoryRunFlagsByNameVersionAndDigest) {
+  // Never pushed: the violation still flags comet-probe@0.1.0 and this content.
+  auto bad = run(pack_.string(), {"read", "/etc/shadow"});
+  ASSERT_EQ(bad.exit_code, 3);
+  auto raised = stored({"--type", "pack_flagged"});
+  ASSERT_EQ(raised.size(), 1u);
+  EXPECT_EQ(raised[0]["data"]["run_id"], run_id_of(bad));
+  EXPECT_EQ(raised[0]["data"]["digest"], tree_digest(pack_).value());
+  // Another run of the same directory warns.
+  auto next = run(pack_.string(), {"exit", "0"});
+  EXPECT_NE(next.err.find("comet-probe@0.1.0 is flagged"), std::string::npos) << next.err;
+  // The same content pushed later is flagged; so is it under another version (by digest).
+  ASSERT_EQ(soyaos({"pack", "push", pack_.string()}).exit_code, 0);
+  EXPECT_NE(soyaos({"pack", "list"}).out.find("[flagged]"), std::string::npos);
+  TempDir other;
+  auto renamed = other.copy_from_source("tests/fixtures/probe", "pack");
+  {
+    auto text = read_file(renamed / "soyapack.yaml");
+    text.replace(text.find("version: 0.1.0"), 14, "version: 0.2.0");
+    other.write("pack/soyapack.yaml", text);
+  }
+  // A changed manifest is a different digest: not flagged.
+  EXPECT_EQ(run(renamed.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
+  // Unflag by NAME@VERSION clears the directory's flag too.
+  ASSERT_EQ(soyaos({"pack", "unflag", "comet-probe@0.1.0", "--reason", "reviewed"}).exit_code, 0);
   EXPECT_EQ(run(pack_.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
 }
 

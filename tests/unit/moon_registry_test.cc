@@ -2,6 +2,8 @@
 // refusals, tamper detection, flags (C8(4)), and crash safety under SIGKILL.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -178,50 +180,99 @@ TEST(MoonRegistry, FindByTreeOrArchiveDigest) {
   EXPECT_FALSE(reg.find_by_digest("sha256:0000")->has_value());
 }
 
-TEST(MoonRegistry, FlagsLastUntilUnflagOrANewerVersion) {
+TEST(MoonRegistry, FlagsStayOnTheirVersionUntilUnflaggedWithAReason) {
   TmpDir t;
-  auto reg = open_reg(t.path() / "home");
+  const auto home = t.path() / "home";
+  auto reg = open_reg(home);
   make_pack(t.path() / "v1", "demo", "1.0.0");
   make_pack(t.path() / "v2", "demo", "2.0.0");
-  make_pack(t.path() / "v09", "demo", "0.9.0");
-  make_pack(t.path() / "v2rc", "demo", "2.0.0-rc.1");
-  make_pack(t.path() / "other", "other", "5.0.0");
   push_ok(reg, t.path() / "v1");
   EXPECT_FALSE(reg.active_flag("demo", "1.0.0")->has_value());
 
   const json violation = {{"type", "capability_violation"},
                           {"data", {{"surface", "fs"}, {"resource", "/etc/shadow"}, {"syscall", "openat"}}}};
-  EXPECT_TRUE(reg.flag("demo", "1.0.0", "RUN1", violation).value());
-  EXPECT_FALSE(reg.flag("demo", "1.0.0", "RUN1", violation).value());  // once per run
+  EXPECT_TRUE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN1", violation).value());
+  EXPECT_FALSE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN1", violation).value());  // once per run
   auto active = reg.active_flag("demo", "1.0.0");
   ASSERT_TRUE(active && active->has_value());
   EXPECT_EQ((*active)->run_id, "RUN1");
+  EXPECT_EQ((*active)->digest, "sha256:aa");
   EXPECT_EQ(json::parse((*active)->violation), violation);
 
-  // Neither an older version, another pack, nor a pre-release of... well, 2.0.0-rc.1 IS
-  // newer than 1.0.0 in semver order; check the older ones first.
-  push_ok(reg, t.path() / "v09");
-  push_ok(reg, t.path() / "other");
-  EXPECT_TRUE(reg.active_flag("demo", "1.0.0")->has_value());
+  // Raising it stored one pack_flagged event naming the run that caused it.
+  auto events = reg.store().query_events({.type = "pack_flagged"});
+  ASSERT_EQ(events->size(), 1U);
+  auto ev = json::parse((*events)[0].json);
+  EXPECT_EQ(ev["data"]["run_id"], "RUN1");
+  EXPECT_EQ(ev["data"]["raised"], true);
+  EXPECT_EQ(ev["data"]["violation"], violation);
+
+  // A newer version does not clear it (C8 (4)).
   push_ok(reg, t.path() / "v2");
+  EXPECT_TRUE(reg.active_flag("demo", "1.0.0")->has_value());
+  EXPECT_FALSE(reg.active_flag("demo", "2.0.0")->has_value());
+
+  // By digest: another NAME@VERSION of the same content is flagged too.
+  EXPECT_TRUE(reg.active_flag("copy", "9.0.0", "sha256:aa")->has_value());
+  EXPECT_FALSE(reg.active_flag("copy", "9.0.0", "sha256:bb")->has_value());
+  EXPECT_FALSE(reg.active_flag("copy", "9.0.0")->has_value());
+
+  // Unflag needs a reason, and records who and why in the flag and a pack_unflagged event.
+  EXPECT_FALSE(reg.unflag("demo", "1.0.0", "  ", Actor{1234, "alice"}));
+  EXPECT_TRUE(reg.active_flag("demo", "1.0.0")->has_value());
+  EXPECT_TRUE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN2", violation).value());
+  EXPECT_EQ(reg.unflag("demo", "1.0.0", "false positive: test fixture", Actor{1234, "alice"}).value(), 2);
   EXPECT_FALSE(reg.active_flag("demo", "1.0.0")->has_value());
   auto flags = reg.flags("demo", "1.0.0");
-  ASSERT_EQ(flags->size(), 1U);
-  EXPECT_EQ((*flags)[0].superseded_by, "2.0.0");
-  EXPECT_FALSE((*flags)[0].cleared);
+  ASSERT_EQ(flags->size(), 2U);
+  for (const auto& f : *flags) {
+    EXPECT_TRUE(f.cleared);
+    EXPECT_EQ(f.cleared_by.uid, 1234);
+    EXPECT_EQ(f.cleared_by.user, "alice");
+    EXPECT_EQ(f.cleared_reason, "false positive: test fixture");
+  }
+  auto un = reg.store().query_events({.type = "pack_unflagged"});
+  ASSERT_EQ(un->size(), 1U);
+  auto u = json::parse((*un)[0].json);
+  EXPECT_EQ(u["subject"], "demo@1.0.0");
+  EXPECT_EQ(u["data"]["reason"], "false positive: test fixture");
+  EXPECT_EQ(u["data"]["actor"]["uid"], 1234);
+  EXPECT_EQ(u["data"]["actor"]["user"], "alice");
+  EXPECT_EQ(u["data"]["cleared"], 2);
+  // Nothing left to clear: no event.
+  EXPECT_EQ(reg.unflag("demo", "1.0.0", "again", Actor{1234, "alice"}).value(), 0);
+  EXPECT_EQ(reg.store().query_events({.type = "pack_unflagged"})->size(), 1U);
+}
 
-  // A newer version pushed BEFORE the flag does not clear it: the flag is about runs of
-  // the old version after it.
-  EXPECT_TRUE(reg.flag("demo", "1.0.0", "RUN2", violation).value());
-  EXPECT_TRUE(reg.active_flag("demo", "1.0.0")->has_value());
-  EXPECT_EQ(reg.unflag("demo", "1.0.0").value(), 2);  // RUN1's (superseded) and RUN2's
-  EXPECT_FALSE(reg.active_flag("demo", "1.0.0")->has_value());
-  EXPECT_EQ(reg.unflag("demo", "1.0.0").value(), 0);
-
-  // Flag 2.0.0, then push a pre-release of it: older in semver, so still flagged.
-  EXPECT_TRUE(reg.flag("demo", "2.0.0", "RUN3", violation).value());
-  push_ok(reg, t.path() / "v2rc");
-  EXPECT_TRUE(reg.active_flag("demo", "2.0.0")->has_value());
+TEST(MoonRegistry, SchemaOneUpgradesKeepingItsFlags) {
+  TmpDir t;
+  const auto home = t.path() / "home";
+  fs::create_directories(home);
+  {
+    // A version-1 store with one flag, as an older soyaos left it.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((home / "moon.db").c_str(), &db), SQLITE_OK);
+    const char* sql =
+        "CREATE TABLE packs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, version TEXT NOT NULL,"
+        " digest TEXT NOT NULL, tree_digest TEXT NOT NULL, oci_manifest TEXT NOT NULL, oci_manifest_size INTEGER"
+        " NOT NULL, size INTEGER NOT NULL, pushed_at TEXT NOT NULL, manifest TEXT NOT NULL, UNIQUE (name, version));"
+        "CREATE TABLE flags (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, version TEXT NOT NULL,"
+        " run_id TEXT NOT NULL, violation TEXT NOT NULL, flagged_at TEXT NOT NULL, packs_seen INTEGER NOT NULL,"
+        " cleared INTEGER NOT NULL DEFAULT 0, cleared_at TEXT, UNIQUE (name, version, run_id));"
+        "CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, type TEXT NOT NULL,"
+        " run_id TEXT, pack TEXT, version TEXT, json TEXT NOT NULL);"
+        "INSERT INTO flags (name, version, run_id, violation, flagged_at, packs_seen)"
+        " VALUES ('demo', '1.0.0', 'OLD', '{}', '2026-11-29T12:00:00.000000Z', 0);"
+        "PRAGMA user_version=1;";
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto reg = open_reg(home);
+  auto f = reg.active_flag("demo", "1.0.0");
+  ASSERT_TRUE(f && f->has_value());
+  EXPECT_EQ((*f)->run_id, "OLD");
+  EXPECT_EQ((*f)->digest, "");
+  EXPECT_EQ(reg.unflag("demo", "1.0.0", "reviewed", Actor{0, "root"}).value(), 1);
 }
 
 TEST(MoonRegistry, ParseRef) {
