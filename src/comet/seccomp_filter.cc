@@ -112,9 +112,26 @@ std::vector<Row> agent_table(bool observe_paths) {
                "flags live in user memory seccomp cannot read: ENOSYS makes glibc fall back to clone"});
   // Families are int: compared on the low 32 bits like the kernel reads them. The ALLOW rows
   // below take AF_UNIX/AF_INET/AF_INET6; every other family fails like an absent one.
-  rows_unless_low32(t, "socket", kEafnosupport, 0, {AF_UNIX, AF_INET, AF_INET6},
-                    "C5: netlink, packet, vsock, AF_ALG, bluetooth...: EAFNOSUPPORT (what a kernel "
+  rows_unless_low32(t, "socket", kEafnosupport, 0, {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK},
+                    "C5: packet, vsock, AF_ALG, bluetooth...: EAFNOSUPPORT (what a kernel "
                     "without the family says; glibc and runtimes fall back quietly)");
+  // AF_NETLINK: only NETLINK_ROUTE (protocol 0), raw or datagram, which glibc's getifaddrs(3)
+  // needs (node os.networkInterfaces(), python socket.if_nameindex()). The agent holds no
+  // capability over its network namespace, so the kernel answers every request that would
+  // change something (RTM_NEW*/DEL*/SET*) with EPERM before looking at it; only dumps of the
+  // sandbox's own lo and veth remain (docs/threat-model.md). Every other protocol
+  // (NETLINK_NETFILTER, SOCK_DIAG, AUDIT, ...) and type: EAFNOSUPPORT, as for other families.
+  const scmp_arg_cmp netlink = arg_eq32(0, AF_NETLINK);
+  const char* kNetlinkOther = "C5: netlink protocols other than NETLINK_ROUTE: EAFNOSUPPORT";
+  for (int bit = 0; bit < 32; ++bit) {
+    const uint64_t m = 1ULL << bit;
+    t.push_back({"socket", kEafnosupport, {netlink, {2, SCMP_CMP_MASKED_EQ, m, m}}, kNetlinkOther});
+  }
+  const char* kNetlinkType = "C5: NETLINK_ROUTE of a type other than SOCK_RAW/SOCK_DGRAM: EAFNOSUPPORT";
+  for (uint64_t bit : {0x4ULL, 0x8ULL}) {
+    t.push_back({"socket", kEafnosupport, {netlink, {1, SCMP_CMP_MASKED_EQ, bit, bit}, arg_eq32(2, 0)}, kNetlinkType});
+  }
+  t.push_back({"socket", kEafnosupport, {netlink, {1, SCMP_CMP_MASKED_EQ, 0xe, 0}, arg_eq32(2, 0)}, kNetlinkType});
   rows_unless_low32(t, "socketpair", kEafnosupport, 0, {AF_UNIX}, "C5: only AF_UNIX pairs");
 
   // --- ALLOW with conditions --------------------------------------------------------------
@@ -128,6 +145,11 @@ std::vector<Row> agent_table(bool observe_paths) {
                     {1, SCMP_CMP_MASKED_EQ, kSockTypeMask, static_cast<uint64_t>(type)}},
                    "TCP/UDP; egress is decided by the network layer. SOCK_RAW/SOCK_PACKET: EPERM"});
     }
+  }
+  for (int type : {SOCK_RAW, SOCK_DGRAM}) {
+    t.push_back({"socket", kAllow,
+                 {netlink, {1, SCMP_CMP_MASKED_EQ, kSockTypeMask, static_cast<uint64_t>(type)}, arg_eq32(2, 0)},
+                 "NETLINK_ROUTE, read-only for the agent (no CAP_NET_ADMIN): getifaddrs(3), if_nameindex(3)"});
   }
   t.push_back({"socketpair", kAllow, {arg_eq32(0, AF_UNIX)}, "local IPC"});
   // libseccomp cannot add a conditional rule whose action equals the default (EACCES), and an

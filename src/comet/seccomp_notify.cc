@@ -109,6 +109,21 @@ Status respond_error(const UniqueFd& listener, uint64_t id, int err) {
   return send_response(listener, resp, "error");
 }
 
+Status respond_with_fd(const UniqueFd& listener, uint64_t id, const UniqueFd& fd, bool cloexec) {
+  seccomp_notif_addfd addfd{};
+  addfd.id = id;
+  // SEND: installing the fd and answering the syscall with its number are one atomic step.
+  addfd.flags = SECCOMP_ADDFD_FLAG_SEND;
+  addfd.srcfd = static_cast<uint32_t>(fd.get());
+  addfd.newfd_flags = cloexec ? O_CLOEXEC : 0;
+  for (;;) {
+    // SAFETY: SECCOMP_IOCTL_NOTIF_ADDFD reads `addfd`; the kernel duplicates fd into the agent.
+    if (::ioctl(listener.get(), SECCOMP_IOCTL_NOTIF_ADDFD, &addfd) >= 0) return {};
+    if (errno == EINTR) continue;
+    return errno_error("ioctl SECCOMP_IOCTL_NOTIF_ADDFD id " + std::to_string(id));
+  }
+}
+
 Result<std::string> read_agent_string(const UniqueFd& listener, uint64_t id, pid_t pid,
                                       uint64_t addr) {
   if (addr == 0) return make_error("read_agent_string: NULL pointer", EFAULT);

@@ -36,6 +36,12 @@ Status respond_continue(const UniqueFd& listener, uint64_t id);
 // Fails the syscall: the agent sees -1 / errno == err (err > 0).
 Status respond_error(const UniqueFd& listener, uint64_t id, int err);
 
+// Answers the syscall (an open) with a new fd in the agent that refers to `fd`'s open file
+// (SECCOMP_IOCTL_NOTIF_ADDFD with SECCOMP_ADDFD_FLAG_SEND, Linux >= 5.14): the agent sees
+// the open succeed. Used for the runtime layer's served /proc files, never for a path the
+// agent named: the supervisor opened `fd` itself.
+Status respond_with_fd(const UniqueFd& listener, uint64_t id, const UniqueFd& fd, bool cloexec);
+
 // Reads a NUL-terminated string (at most PATH_MAX bytes including the NUL) at `addr` in
 // thread `pid` with process_vm_readv (fallback: pread on /proc/PID/mem), then checks that
 // notification `id` is still valid, so the bytes came from the process that is blocked

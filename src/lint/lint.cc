@@ -405,7 +405,9 @@ class Linter {
     }
     for (std::size_t i = 0; i < caps.fs_write.size(); ++i) {
       const FsPath& p = caps.fs_write[i];
-      if (write_paired_[i] || manifest::path_covers(std::string(kOut), p.path)) continue;
+      if (write_paired_[i] || manifest::path_covers(std::string(kOut), p.path) || manifest::is_private_scratch(p.path)) {
+        continue;  // M6: the output directory and private scratch are not effects
+      }
       add("SP108", fmt::format("{} allows writing `{}` outside /workdir/out but determinism_tier is read-only",
                                p.key_path, p.path),
           p.key_path, p.mark);
@@ -476,7 +478,7 @@ class Linter {
     bool side_effect = false;
     for (const Tool& t : m_.tools) side_effect = side_effect || has_side_effect(t);
     for (const FsPath& p : caps.fs_write) {
-      side_effect = side_effect || !manifest::path_covers(std::string(kOut), p.path);
+      side_effect = side_effect || !(manifest::path_covers(std::string(kOut), p.path) || manifest::is_private_scratch(p.path));
     }
     Tier needed = caps.egress_any                         ? Tier::unrestricted
                   : side_effect                           ? Tier::side_effect

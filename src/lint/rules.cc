@@ -90,13 +90,15 @@ constexpr std::array<RuleInfo, 15> kRules = {{
      "capabilities:\n  determinism_tier: read-only\n"
      "# err   tools.notify (builtin.http_post) has a side effect but determinism_tier is read-only"},
     {"SP108", "read-only-write-outside-out", Severity::error, false,
-     "A read-only pack declares an fs.write path outside /workdir/out.",
+     "A read-only pack declares an fs.write path outside /workdir/out that is not private scratch.",
      "A read-only pack's only effect must be its output directory, which the cache replays (C10, M6). "
-     "Writes elsewhere would not be replayed on a cache hit.",
-     "Write under /workdir/out, or declare determinism_tier: side-effect.",
-     "capabilities:\n  fs: {write: [/workdir/out, /scratch]}\n  determinism_tier: read-only\n"
-     "# err   capabilities.fs.write[1] allows writing `/scratch` outside /workdir/out but determinism_tier is "
-     "read-only"},
+     "Writes elsewhere would not be replayed on a cache hit. Private scratch paths outside /workdir "
+     "(/tmp, /home/agent: the Comet's own tmpfs, discarded at exit) are not effects and are allowed.",
+     "Write under /workdir/out or to a scratch path outside /workdir, or declare determinism_tier: "
+     "side-effect.",
+     "capabilities:\n  fs: {write: [/workdir/out, /workdir/cache]}\n  determinism_tier: read-only\n"
+     "# err   capabilities.fs.write[1] allows writing `/workdir/cache` outside /workdir/out but determinism_tier "
+     "is read-only"},
     {"SP110", "wildcard-host", Severity::error, true,
      "(--strict) An egress entry uses a wildcard host (`*.suffix`), or egress is \"*\".",
      "A wildcard allows every name below the suffix, including ones an attacker can register or that "
@@ -131,7 +133,7 @@ constexpr std::array<RuleInfo, 15> kRules = {{
     {"SP114", "tier-looser-than-needed", Severity::warning, true,
      "(--strict) determinism_tier is looser than the tools need.",
      "The tier a pack needs: unrestricted with egress \"*\"; else side-effect with a side-effect tool "
-     "or an fs.write path outside /workdir/out; else read-only (builtin.llm has no side effect, M3). A looser tier "
+     "or an fs.write path outside /workdir/out that is not private scratch; else read-only (builtin.llm has no side effect, M3). A looser tier "
      "gives up caching (C10) and tells reviewers to expect effects that are not there.",
      "Declare the tier named in the finding.",
      "tools:\n  fetch: {kind: builtin.http_get, url: https://api.example.com/}\n"

@@ -161,6 +161,15 @@ bool path_covers(const std::string& prefix, const std::string& path);
 // Host matching (M2): exact (case-insensitive) or "*.suffix" matching names strictly below.
 bool host_matches(const std::string& pattern, const std::string& host);
 
+// Paths the Comet owns and never makes writable: "/", the runtime layer (/usr, /bin, /lib,
+// /lib64, /sbin), the generated /etc, /proc and /dev, and everything below them.
+bool is_comet_reserved(const std::string& path);
+// M6: a private scratch path: a declared fs.write path that the Comet serves as its own empty,
+// size-limited tmpfs, discarded at exit (e.g. /tmp, /home/agent): outside /workdir and not
+// reserved. Not a side effect, so allowed in every tier (an operator `--mount ...:rw` there
+// is what would make it outlive the run, and read-only packs refuse that at run time).
+bool is_private_scratch(const std::string& path);
+
 // M3: whether a tool has a side effect (http_post/put/patch/delete, fs_write outside
 // /workdir/out, custom with side_effect: true). Read-only packs may not have one (M6).
 bool tool_has_side_effect(const Tool& tool);

@@ -676,8 +676,11 @@ class ManifestParser {
                "side-effect tool (" + what + ") in a read-only pack; declare determinism_tier: side-effect");
     }
     for (const FsPath& p : c.fs_write) {
-      if (!path_covers("/workdir/out", p.path) && !path_covers(p.path, "/workdir")) {
-        w_.error(p.mark, p.key_path, "read-only packs may only write under /workdir/out");
+      // M6: private scratch paths (the Comet's own tmpfs, discarded) are allowed in every tier.
+      if (!path_covers("/workdir/out", p.path) && !path_covers(p.path, "/workdir") && !is_private_scratch(p.path)) {
+        w_.error(p.mark, p.key_path,
+                 "read-only packs may only write under /workdir/out or to private scratch paths outside /workdir "
+                 "(such as /tmp)");
       }
     }
   }

@@ -97,6 +97,19 @@ bool path_covers(const std::string& prefix, const std::string& path) {
          path[prefix.size()] == '/';
 }
 
+bool is_comet_reserved(const std::string& path) {
+  if (path == "/") return true;
+  for (const char* r : {"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc", "/proc", "/dev"}) {
+    if (path_covers(r, path)) return true;
+  }
+  return false;
+}
+
+bool is_private_scratch(const std::string& path) {
+  return is_normalised_absolute(path) && !path_covers("/workdir", path) && !path_covers(path, "/workdir") &&
+         !is_comet_reserved(path);
+}
+
 bool host_matches(const std::string& pattern, const std::string& host) {
   const std::string p = to_lower(pattern);
   const std::string h = to_lower(host);

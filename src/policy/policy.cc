@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <system_error>
 
+#include "policy/runtime_layer.h"
+
 namespace soyaos::policy {
 namespace fs = std::filesystem;
 using manifest::Runtime;
@@ -24,14 +26,8 @@ const char* const kRuntimeHostPaths[] = {"/usr", "/bin", "/lib", "/lib64", "/sbi
 // the dynamic linker's cache. The rest of /etc is generated.
 const char* const kEtcHostPaths[] = {"/etc/ssl", "/etc/ld.so.cache"};
 
-// Debian's python3 reaches /etc/python3.X/sitecustomize.py through a symlink in /usr/lib.
-const char* const kPythonEtcPaths[] = {"/etc/python3.11"};
-
-// glibc reads the online CPU list (malloc arenas, sysconf); libuv reads cgroup memory
-// limits at start; node's module resolution walks up from /workdir.
-// glibc's resolver reads /etc/host.conf and getaddrinfo /etc/gai.conf when present.
-const char* const kLibcProbes[] = {"/sys/devices/system/cpu", "/etc/host.conf", "/etc/gai.conf"};
-const char* const kNodeProbes[] = {"/sys/fs/cgroup", "/package.json", "/node_modules"};
+// What runtimes probe on their own (/etc/os-release, /proc/stat, ...) is in the runtime
+// layer's table, runtime_layer.cc.
 
 bool exists_no_follow(const std::string& path, struct stat* st) {
   return ::lstat(path.c_str(), st) == 0;
@@ -93,12 +89,30 @@ bool covered_by_any(const std::vector<manifest::FsPath>& prefixes, const std::st
                      [&](const auto& p) { return manifest::path_covers(p.path, path); });
 }
 
-bool is_reserved(const std::string& path) {
-  // Paths the Comet owns: the runtime layer and generated files cannot be shadowed.
-  for (const char* r : {"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc", "/proc", "/dev"}) {
-    if (manifest::path_covers(r, path)) return true;
+// Paths the Comet owns: the runtime layer and generated files cannot be shadowed.
+bool is_reserved(const std::string& path) { return manifest::is_comet_reserved(path); }
+
+// HOME and TMPDIR (M6, docs/sandbox.md "Scratch space"): a declared private scratch path
+// when there is one, so tempfile, ~/.cache and friends work in every tier. TMPDIR: /tmp if
+// declared, else the first scratch path. HOME: the first scratch path under /home, else /tmp
+// if declared, else the first scratch path; /workdir (read-only) when there is none.
+struct ScratchDirs {
+  std::string home = kWorkdir;
+  std::string tmpdir;  // empty: not set
+};
+
+ScratchDirs scratch_dirs(const manifest::Manifest& m) {
+  std::vector<std::string> scratch;
+  for (const auto& w : m.capabilities.fs_write) {
+    if (manifest::is_private_scratch(w.path)) scratch.push_back(w.path);
   }
-  return path == "/";
+  ScratchDirs d;
+  if (scratch.empty()) return d;
+  const bool has_tmp = std::find(scratch.begin(), scratch.end(), "/tmp") != scratch.end();
+  d.tmpdir = has_tmp ? "/tmp" : scratch.front();
+  auto home = std::find_if(scratch.begin(), scratch.end(), [](const auto& p) { return manifest::path_covers("/home", p); });
+  d.home = home != scratch.end() ? *home : d.tmpdir;
+  return d;
 }
 
 }  // namespace
@@ -106,16 +120,16 @@ bool is_reserved(const std::string& path) {
 std::vector<std::string> runtime_layer_paths(Runtime runtime) {
   std::vector<std::string> paths(std::begin(kRuntimeHostPaths), std::end(kRuntimeHostPaths));
   paths.insert(paths.end(), std::begin(kEtcHostPaths), std::end(kEtcHostPaths));
-  if (runtime == Runtime::python3) {
-    paths.insert(paths.end(), std::begin(kPythonEtcPaths), std::end(kPythonEtcPaths));
+  for (const auto& probe : runtime_probes()) {
+    if (probe.kind == ProbeKind::host && probe_applies(probe, runtime)) paths.emplace_back(probe.path);
   }
   return paths;
 }
 
-std::string generated_passwd(uid_t uid, gid_t gid) {
+std::string generated_passwd(uid_t uid, gid_t gid, const std::string& home) {
   return "root:x:0:0:root:/:/usr/sbin/nologin\n"
          "agent:x:" + std::to_string(uid) + ":" + std::to_string(gid) +
-         ":SoyaOS agent:/workdir:/usr/sbin/nologin\n"
+         ":SoyaOS agent:" + home + ":/usr/sbin/nologin\n"
          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 }
 
@@ -166,8 +180,10 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   p.argv.insert(p.argv.end(), options.extra_args.begin(), options.extra_args.end());
 
   // C5: only what the manifest sets plus PATH, HOME, LANG, TZ and the proxy variables of C7.
+  const ScratchDirs dirs = scratch_dirs(m);
   std::vector<std::pair<std::string, std::string>> env = {
-      {"PATH", "/usr/bin:/bin"}, {"HOME", kWorkdir}, {"LANG", "C.UTF-8"}, {"TZ", "UTC"}};
+      {"PATH", "/usr/bin:/bin"}, {"HOME", dirs.home}, {"LANG", "C.UTF-8"}, {"TZ", "UTC"}};
+  if (!dirs.tmpdir.empty()) env.emplace_back("TMPDIR", dirs.tmpdir);
   if (p.moon_proxy) {
     const std::string proxy = std::string("http://") + kMoonProxyHost + ":" + std::to_string(kMoonProxyPort);
     // Both spellings: curl and Python read the lower-case ones, many others the upper.
@@ -187,17 +203,31 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
   // Runtime layer.
   for (const char* path : kRuntimeHostPaths) add_runtime_path(p, path);
   for (const char* path : kEtcHostPaths) add_runtime_path(p, path);
-  if (m.agent.runtime == Runtime::python3) {
-    for (const char* path : kPythonEtcPaths) add_runtime_path(p, path);
-  }
-  // Paths a runtime probes by itself on every start, whatever the agent does. Nothing is
-  // mounted there (reads still fail with ENOENT), but they are not the agent's violations.
-  for (const char* path : kLibcProbes) p.fs.runtime.emplace_back(path);
-  if (m.agent.runtime == Runtime::node) {
-    for (const char* path : kNodeProbes) p.fs.runtime.emplace_back(path);
+  // What the runtime probes on its own (issue #11): the runtime layer's table. Every row is
+  // a runtime path (reading it is never the agent's violation); host files are bound,
+  // generated ones written, /proc rows served by the supervisor, absent ones left absent.
+  for (const auto& probe : runtime_probes()) {
+    if (!probe_applies(probe, m.agent.runtime)) continue;
+    switch (probe.kind) {
+      case ProbeKind::host:
+        add_runtime_path(p, probe.path);
+        break;
+      case ProbeKind::generated:
+        p.mounts.push_back({MountSpec::Kind::file, {}, probe.path, generated_probe_content(probe), 0});
+        break;
+      case ProbeKind::link:
+        p.mounts.push_back({MountSpec::Kind::symlink, probe.answer, probe.path, {}, 0});
+        break;
+      case ProbeKind::served:
+      case ProbeKind::absent:
+        break;
+    }
+    if (std::find(p.fs.runtime.begin(), p.fs.runtime.end(), probe.path) == p.fs.runtime.end()) {
+      p.fs.runtime.emplace_back(probe.path);
+    }
   }
   const std::pair<const char*, std::string> generated[] = {
-      {"/etc/passwd", generated_passwd(p.sandbox_uid, p.sandbox_gid)},
+      {"/etc/passwd", generated_passwd(p.sandbox_uid, p.sandbox_gid, dirs.home)},
       {"/etc/group", generated_group(p.sandbox_gid)},
       {"/etc/hosts", std::string("127.0.0.1 localhost\n::1 localhost\n127.0.1.1 comet\n") +
                          (p.moon_proxy ? std::string("127.0.0.1 ") + kMoonProxyHost + "\n" : "")},
@@ -272,6 +302,12 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
     if (!declared) {
       return make_error("--mount " + spec + ": " + om->target + " is not declared under " +
                         (om->writable ? "capabilities.fs.write" : "capabilities.fs.read"));
+    }
+    if (om->writable && m.capabilities.tier == manifest::Tier::read_only) {
+      // M6: operator data written by a read-only pack would outlive the run and not be
+      // replayed from the cache.
+      return make_error("--mount " + spec + ": a read-only pack may not write operator data (:rw); "
+                        "declare determinism_tier: side-effect");
     }
     if (is_reserved(om->target) || om->target == kWorkdir || om->target == kOut) {
       return make_error("--mount " + spec + ": " + om->target + " is reserved by the Comet");

@@ -131,7 +131,7 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
 std::vector<std::string> runtime_layer_paths(manifest::Runtime runtime);
 
 // Generated /etc files.
-std::string generated_passwd(uid_t uid, gid_t gid);
+std::string generated_passwd(uid_t uid, gid_t gid, const std::string& home = "/workdir");
 std::string generated_group(gid_t gid);
 
 }  // namespace soyaos::policy

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "manifest/manifest.h"
+#include "policy/runtime_layer.h"
 
 namespace soyaos::supervisor {
 namespace {
@@ -276,9 +277,24 @@ bool reveals_host_mounts(const std::string& path) {
   return parts[i] == "mountinfo" || parts[i] == "mounts" || parts[i] == "mountstats";
 }
 
+// procfs shows only the sandbox's own processes (subset=pid): their entries are the
+// agent's own. Anything else under /proc is readable only when the runtime layer has a row
+// for it (served or tolerated, runtime_layer.cc); the rest is refused and reported.
+bool readable_proc(const policy::Policy& p, const std::string& path) {
+  auto parts = split(path);
+  if (parts.size() < 2) return true;  // /proc itself
+  if (parts[1] == "self" || parts[1] == "thread-self" || all_digits(parts[1])) return true;
+  for (const auto& prefix : p.fs.runtime) {
+    if (prefix == "/proc" || !path_covers("/proc", prefix)) continue;
+    if (path_covers(prefix, path) || is_ancestor_or_self(path, prefix)) return true;
+  }
+  return false;
+}
+
 bool readable(const policy::Policy& p, const std::string& path) {
   if (path == kAnonymous) return true;
   if (reveals_host_mounts(path)) return false;
+  if (path_covers("/proc", path)) return readable_proc(p, path);
   for (const auto* list : {&p.fs.runtime, &p.fs.read, &p.fs.write}) {
     for (const auto& prefix : *list) {
       if (path_covers(prefix, path) || is_ancestor_or_self(path, prefix)) return true;
@@ -340,8 +356,12 @@ Decision Observer::check_resolved(const Notification& n, AgentView& view, const 
                                   const std::string& path, bool write, bool open_for_read) {
   // C2: reading an undeclared path is ENOENT (nothing of the host shows); writing outside
   // fs.write is EACCES (never EROFS).
+  last_resolved_ = path;
   int err = write ? EACCES : ENOENT;
   bool allowed = write ? writable(policy_, path) : readable(policy_, path);
+  // A runtime that creates a file the layer leaves absent (libuuid's clock file): ENOENT, as on
+  // a host without that directory; a runtime-layer answer, not the agent's violation.
+  if (!allowed && write && policy::is_create_probe(path, policy_.runtime)) return Decision{true, ENOENT, std::nullopt};
   // (Where nothing exists, e.g. /sys above a runtime probe, the kernel says ENOENT itself.)
   if (allowed && open_for_read && ancestor_only(policy_, path) && view.sandbox_is_dir(path)) {
     allowed = false;
@@ -490,7 +510,15 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
     const bool o_path = (flags & O_PATH) != 0;
     if (o_path) write = false;
     bool follow = (flags & O_NOFOLLOW) == 0 && !((flags & O_CREAT) && (flags & O_EXCL));
-    return check_path(n, view, name, dirfd, path, write, follow, /*open_for_read=*/!write && !o_path);
+    last_resolved_.clear();
+    Decision d = check_path(n, view, name, dirfd, path, write, follow, /*open_for_read=*/!write && !o_path);
+    // A plain read of a /proc file the runtime layer serves: answered with the supervisor's
+    // rendering (O_PATH and O_DIRECTORY opens fall through to the kernel: ENOENT).
+    if (!d.deny && !write && (flags & (O_PATH | O_DIRECTORY)) == 0 && policy::is_served_proc_file(last_resolved_)) {
+      d.serve = last_resolved_;
+      d.serve_cloexec = (flags & O_CLOEXEC) != 0;
+    }
+    return d;
   };
   // Changes the kernel would refuse anyway where they are allowed (no capability over
   // ownership, no extended attributes: docs/seccomp.md): EPERM there, unreported; outside

@@ -2,7 +2,9 @@
 // something its manifest does not declare, a violation.
 //
 // It never widens access. Its answers are either CONTINUE (the kernel then decides, with
-// mounts and Landlock in force) or an error on the agent's behalf (a denial). It reads the
+// mounts and Landlock in force), an error on the agent's behalf (a denial), or, for a
+// read-only open of a /proc file the runtime layer serves, a file of the supervisor's own
+// rendering (the kernel never resolves that path, so a racing agent gains nothing). It reads the
 // agent's memory once, before deciding, and never again after. A racing agent can at most
 // make a violation go unreported (the kernel still refuses) or deny itself something.
 #pragma once
@@ -34,6 +36,10 @@ struct Decision {
   bool deny = false;  // respond with -err instead of CONTINUE
   int err = 0;
   std::optional<Violation> violation;
+  // A read-only open of a file the runtime layer serves (/proc/stat, ...): the supervisor
+  // answers with its own rendering of that file instead of letting the open run.
+  std::string serve;
+  bool serve_cloexec = false;
 };
 
 // How the observer reads the agent's side of the world. Implemented over /proc and
@@ -74,6 +80,7 @@ class Observer {
  public:
   explicit Observer(const policy::Policy& policy) : policy_(policy) {}
   Decision decide(const comet::Notification& n, AgentView& view);
+  [[nodiscard]] const policy::Policy& policy() const { return policy_; }
 
  private:
   Decision on_exec(const comet::Notification& n, AgentView& view, const char* name, int dirfd_arg,
@@ -97,6 +104,7 @@ class Observer {
 
   const policy::Policy& policy_;
   bool runtime_started_ = false;  // the Comet's own execve of the runtime has been answered
+  std::string last_resolved_;     // the path check_resolved last decided on (this notification's)
 };
 
 // Pure helpers, exposed for tests.

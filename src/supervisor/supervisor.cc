@@ -18,6 +18,8 @@
 #include <thread>
 #include <cstring>
 
+#include "supervisor/runtime_files.h"
+
 namespace soyaos::supervisor {
 namespace {
 
@@ -83,7 +85,12 @@ void answer_notifications(const UniqueFd& listener, Observer& observer, AgentVie
       on_violation(*d.violation);
     }
     // Failure to respond means the agent's thread is gone; nothing to do.
-    if (d.deny) {
+    if (!d.serve.empty()) {
+      // The runtime layer's own rendering of a /proc file (runtime_files.h).
+      auto fd = open_served_file(d.serve, static_cast<pid_t>(note->pid), observer.policy());
+      Status sent = fd ? comet::respond_with_fd(listener, note->id, *fd, d.serve_cloexec) : Status(fd.error());
+      if (!sent) (void)comet::respond_error(listener, note->id, sent.error().err > 0 ? sent.error().err : EIO);
+    } else if (d.deny) {
       (void)comet::respond_error(listener, note->id, d.err);
     } else {
       (void)comet::respond_continue(listener, note->id);

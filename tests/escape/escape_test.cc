@@ -84,6 +84,29 @@ TEST_F(EscapeTest, SeccompBypassesAreRefused) {
   EXPECT_CASE(run, "group.end", "ok");
 }
 
+// NETLINK_ROUTE is open to the agent for getifaddrs(3) (issue #11, docs/threat-model.md):
+// it lists the sandbox's own interfaces, and every request that would change one, an address,
+// a route, a rule, a neighbour or a qdisc is refused by the kernel (the agent holds no
+// capability over its network namespace). Every other netlink protocol stays refused.
+TEST_F(EscapeTest, NetlinkRouteListsTheSandboxAndChangesNothing) {
+  auto run = attack({"netlink"});
+  ASSERT_EQ(run.get("group.end"), "ok") << run.context();
+  // Only the sandbox's own interfaces, the same before and after every attempt.
+  EXPECT_CASE(run, "netlink.getlink_dump", "ok lo:up,soyaos0:up,soyaos1:up");
+  EXPECT_CASE(run, "netlink.getlink_after", "ok lo:up,soyaos0:up,soyaos1:up");
+  EXPECT_CASE(run, "netlink.getifaddrs", "ok lo,soyaos0,soyaos1");
+  for (const char* c : {"netlink.newaddr", "netlink.deladdr", "netlink.newroute", "netlink.delroute",
+                        "netlink.setlink_lo_down", "netlink.newlink_dummy", "netlink.dellink_lo", "netlink.newrule",
+                        "netlink.newneigh", "netlink.newqdisc"}) {
+    EXPECT_CASE(run, c, "errno=EPERM");
+  }
+  for (const char* c : {"netlink.netfilter", "netlink.sock_diag", "netlink.audit", "netlink.uevent", "netlink.generic",
+                        "netlink.netfilter_high", "netlink.route_stream"}) {
+    EXPECT_CASE(run, c, "errno=EAFNOSUPPORT");
+  }
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+}
+
 TEST_F(EscapeTest, SyscallSweepReachesNoDeniedFamily) {
   auto run = attack({"sweep"});
   ASSERT_EQ(run.get("sweep.done"), "ok") << "the sweep did not finish\n" << run.context();

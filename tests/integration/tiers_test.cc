@@ -29,7 +29,7 @@ TEST(Tiers, ValidateLintPushAndRunRefuseTierMismatches) {
   const Mismatch cases[] = {
       {"side-effect tool in a read-only pack", manifest("read-only", post_egress, post), "read-only pack"},
       {"write outside /workdir/out in a read-only pack",
-       manifest("read-only", "  fs:\n    write: [/workdir/out, /scratch]\n", ""), "only write under /workdir/out"},
+       manifest("read-only", "  fs:\n    write: [/workdir/out, /workdir/cache]\n", ""), "only write under /workdir/out"},
       {"egress \"*\" in a read-only pack", manifest("read-only", "  egress: \"*\"\n", ""), "requires determinism_tier: unrestricted"},
       {"egress \"*\" in a side-effect pack", manifest("side-effect", "  egress: \"*\"\n", ""), "requires determinism_tier: unrestricted"},
   };
@@ -61,7 +61,9 @@ TEST(Tiers, CoherentTiersAreAccepted) {
   const std::string post =
       "tools:\n  notify:\n    kind: builtin.http_post\n    url: https://hooks.example.com/x\n";
   const std::string post_egress = "  egress:\n    - {host: hooks.example.com, port: 443, protocol: https}\n";
-  for (const auto& yaml : {manifest("side-effect", post_egress, post), manifest("unrestricted", "  egress: \"*\"\n", "")}) {
+  // M6: private scratch (/tmp, the Comet's own tmpfs) is allowed in every tier.
+  for (const auto& yaml : {manifest("side-effect", post_egress, post), manifest("unrestricted", "  egress: \"*\"\n", ""),
+                           manifest("read-only", "  fs:\n    write: [/workdir/out, /tmp]\n", "")}) {
     TempDir t;
     t.write("pack/soyapack.yaml", yaml);
     t.write("pack/main.py", "print('hi')\n");

@@ -323,16 +323,30 @@ TEST(LintTier, SideEffectToolInReadOnlyPack) {
 TEST(LintTier, CustomSideEffectAndFsWriteOutsideOut) {
   EXPECT_EQ(ids(Pack().custom("c", true).lint()), (std::vector<std::string>{"SP107"}));
   EXPECT_TRUE(Pack().custom("c", false).lint().empty());
-  auto f = Pack().write("/scratch").file("s", ToolKind::fs_write, "/scratch/x").lint();
+  auto f = Pack().write("/workdir/cache").file("s", ToolKind::fs_write, "/workdir/cache/x").lint();
   EXPECT_EQ(ids(f), (std::vector<std::string>{"SP108", "SP107"}));  // by position
+  // M3: an fs_write tool outside /workdir/out is a side effect even on a scratch path.
+  EXPECT_EQ(ids(Pack().write("/tmp").file("s", ToolKind::fs_write, "/tmp/x").lint()),
+            (std::vector<std::string>{"SP107"}));
 }
 
 TEST(LintTier, WriteOutsideOutInReadOnlyPack) {
-  auto f = Pack().write("/workdir/out").write("/scratch").file("s", ToolKind::fs_write, "/workdir/out/a").lint();
+  auto f = Pack().write("/workdir/out").write("/workdir/cache").file("s", ToolKind::fs_write, "/workdir/out/a").lint();
   ASSERT_EQ(count_rule(f, "SP108"), 1);
   EXPECT_EQ(find(f, "SP108")->message,
-            "capabilities.fs.write[1] allows writing `/scratch` outside /workdir/out but determinism_tier is read-only");
-  EXPECT_EQ(count_rule(Pack().tier(Tier::side_effect).write("/scratch").lint(), "SP108"), 0);
+            "capabilities.fs.write[1] allows writing `/workdir/cache` outside /workdir/out but determinism_tier is "
+            "read-only");
+  EXPECT_EQ(count_rule(Pack().tier(Tier::side_effect).write("/workdir/cache").lint(), "SP108"), 0);
+}
+
+TEST(LintTier, PrivateScratchIsNotASideEffect) {
+  // M6: /tmp (the Comet's own tmpfs) in a read-only pack: no SP108, and under --strict the
+  // pack needs no looser tier (no SP115); a side-effect pack with only scratch is too loose.
+  auto f = Pack().write("/workdir/out").write("/tmp").file("s", ToolKind::fs_write, "/workdir/out/a").lint(true);
+  EXPECT_EQ(count_rule(f, "SP108"), 0);
+  EXPECT_EQ(count_rule(f, "SP115"), 0);
+  auto loose = Pack().tier(Tier::side_effect).write("/tmp").lint(true);
+  EXPECT_EQ(count_rule(loose, "SP114"), 1);
 }
 
 // ---- strict ----

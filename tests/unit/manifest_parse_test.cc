@@ -481,12 +481,26 @@ TEST(ManifestM6, ReadOnlyRefusesSideEffectTools) {
                                  with(fetch, fetch + "  act:\n    kind: custom\n    side_effect: true\n")))));
 }
 
-TEST(ManifestM6, ReadOnlyWritesOnlyUnderOut) {
+TEST(ManifestM6, ReadOnlyWritesOnlyUnderOutOrToPrivateScratch) {
   EXPECT_TRUE(IsValid(parse(with("write: [/workdir/out]", "write: [/workdir/out/cache]"))));
-  EXPECT_TRUE(HasError(parse(with("write: [/workdir/out]", "write: [/workdir/out, /tmp/scratch]")),
+  // Inside /workdir but not /workdir/out: not scratch, refused for read-only.
+  EXPECT_TRUE(HasError(parse(with("write: [/workdir/out]", "write: [/workdir/out, /workdir/cache]")),
                        "capabilities.fs.write[1]", 18, 27, "only write under /workdir/out"));
   EXPECT_TRUE(IsValid(parse(with("determinism_tier: read-only", "determinism_tier: side-effect",
-                                 with("write: [/workdir/out]", "write: [/workdir/out, /tmp/scratch]")))));
+                                 with("write: [/workdir/out]", "write: [/workdir/out, /workdir/cache]")))));
+  // M6: private scratch paths (the Comet's own tmpfs) are allowed in every tier.
+  EXPECT_TRUE(IsValid(parse(with("write: [/workdir/out]", "write: [/workdir/out, /tmp, /home/agent, /var/tmp/x]"))));
+  EXPECT_TRUE(IsValid(parse(with("write: [/workdir/out]", "write: [/tmp]"))));
+}
+
+TEST(ManifestM6, PrivateScratchPaths) {
+  for (const char* p : {"/tmp", "/tmp/scratch", "/home/agent", "/var/tmp", "/scratch"}) {
+    EXPECT_TRUE(is_private_scratch(p)) << p;
+  }
+  for (const char* p : {"/", "/workdir", "/workdir/out", "/workdir/cache", "/usr/local", "/etc/x", "/proc/self",
+                        "/dev/shm", "/lib64", "tmp", "/tmp/", "/tmp/../etc"}) {
+    EXPECT_FALSE(is_private_scratch(p)) << p;
+  }
 }
 
 TEST(ManifestM6, TierValues) {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <stddef.h>
@@ -96,12 +97,13 @@ uint32_t evaluate(const SeccompProgram& prog, const seccomp_data& data) {
   return 0xdeadbeef;
 }
 
-seccomp_data make_data(uint32_t arch, int nr, uint64_t a0 = 0, uint64_t a1 = 0) {
+seccomp_data make_data(uint32_t arch, int nr, uint64_t a0 = 0, uint64_t a1 = 0, uint64_t a2 = 0) {
   seccomp_data d{};
   d.arch = arch;
   d.nr = nr;
   d.args[0] = a0;
   d.args[1] = a1;
+  d.args[2] = a2;
   return d;
 }
 
@@ -198,8 +200,8 @@ TEST(SeccompFilter, ProgramDecisionsForArguments) {
   EXPECT_EQ(clone_flags(CLONE_THREAD | CLONE_NEWNET), kRetEperm);
   // Bits above 32 do not turn a process into a thread.
   EXPECT_EQ(clone_flags(SIGCHLD | (1ULL << 48)), SECCOMP_RET_USER_NOTIF);
-  auto sock = [&](uint64_t family, uint64_t type) {
-    return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_socket, family, type));
+  auto sock = [&](uint64_t family, uint64_t type, uint64_t protocol = 0) {
+    return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_socket, family, type, protocol));
   };
   EXPECT_EQ(sock(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK), SECCOMP_RET_ALLOW);
   EXPECT_EQ(sock(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC), SECCOMP_RET_ALLOW);
@@ -207,16 +209,34 @@ TEST(SeccompFilter, ProgramDecisionsForArguments) {
   EXPECT_EQ(sock(AF_INET, SOCK_RAW), kRetEperm);
   EXPECT_EQ(sock(AF_INET, SOCK_RAW | SOCK_CLOEXEC), kRetEperm);
   EXPECT_EQ(sock(AF_INET6, SOCK_PACKET), kRetEperm);
-  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW), SECCOMP_RET_ERRNO | EAFNOSUPPORT);
-  EXPECT_EQ(sock(AF_PACKET, SOCK_DGRAM), SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+  constexpr uint32_t kRetEafnosupport = SECCOMP_RET_ERRNO | EAFNOSUPPORT;
+  // AF_NETLINK: NETLINK_ROUTE (0) raw or datagram only (getifaddrs); nothing else.
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW, NETLINK_NETFILTER), kRetEafnosupport);
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW, NETLINK_SOCK_DIAG), kRetEafnosupport);
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW, NETLINK_AUDIT), kRetEafnosupport);
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW, NETLINK_NETFILTER | (1ULL << 32)), kRetEafnosupport);
+  // The kernel reads the protocol as an int: high bits leave NETLINK_ROUTE what it is.
+  EXPECT_EQ(sock(AF_NETLINK, SOCK_RAW, 1ULL << 40), SECCOMP_RET_ALLOW);
+  for (uint64_t protocol = 1; protocol < 0x10000; ++protocol) {
+    ASSERT_EQ(sock(AF_NETLINK, SOCK_RAW, protocol), kRetEafnosupport) << protocol;
+    ASSERT_EQ(sock(AF_NETLINK, SOCK_DGRAM, protocol << 16), kRetEafnosupport) << protocol;
+  }
+  for (uint64_t type = 0; type < 16; ++type) {
+    uint32_t want = (type == SOCK_RAW || type == SOCK_DGRAM) ? SECCOMP_RET_ALLOW : kRetEafnosupport;
+    ASSERT_EQ(sock(AF_NETLINK, type), want) << type;
+    ASSERT_EQ(sock(AF_NETLINK, type | SOCK_CLOEXEC), want) << type;
+  }
+  EXPECT_EQ(sock(AF_PACKET, SOCK_DGRAM), kRetEafnosupport);
   // The kernel reads the family as an int: high bits do not change it, in either direction.
   EXPECT_EQ(sock(AF_INET | (1ULL << 32), SOCK_STREAM), SECCOMP_RET_ALLOW);
-  EXPECT_EQ(sock(AF_NETLINK | (1ULL << 32), SOCK_RAW), SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+  EXPECT_EQ(sock(AF_NETLINK | (1ULL << 32), SOCK_RAW, NETLINK_NETFILTER), kRetEafnosupport);
   EXPECT_EQ(sock(AF_INET | (1ULL << 32), SOCK_RAW), kRetEperm);
   // Exhaustive over the low 16 bits of the family (and a high-bit variant of each).
   for (uint64_t family = 0; family < 0x10000; ++family) {
     uint32_t want = (family == AF_UNIX || family == AF_INET || family == AF_INET6)
-                        ? SECCOMP_RET_ALLOW : (SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+                        ? SECCOMP_RET_ALLOW : kRetEafnosupport;
     ASSERT_EQ(sock(family, SOCK_STREAM), want) << family;
     ASSERT_EQ(sock(family | (0x5ULL << 33), SOCK_STREAM), want) << family;
   }
@@ -323,13 +343,15 @@ TEST(SeccompFilter, Sockets) {
   program();
   std::string failure = run_in_child([](int report) {
     install_or_fail(report);
-    CHILD_EXPECT_ERRNO(::socket(AF_NETLINK, SOCK_RAW, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socket(AF_NETLINK, SOCK_RAW, NETLINK_NETFILTER), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::socket(AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG), EAFNOSUPPORT);
+    CHILD_EXPECT_OK(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
     CHILD_EXPECT_ERRNO(::socket(AF_PACKET, SOCK_RAW, 0), EAFNOSUPPORT);
     CHILD_EXPECT_ERRNO(::socket(AF_VSOCK, SOCK_STREAM, 0), EAFNOSUPPORT);
     CHILD_EXPECT_ERRNO(::socket(AF_ALG, SOCK_SEQPACKET, 0), EAFNOSUPPORT);
     CHILD_EXPECT_ERRNO(::socket(AF_UNSPEC, SOCK_STREAM, 0), EAFNOSUPPORT);
     CHILD_EXPECT_ERRNO(::socket(AF_BLUETOOTH, SOCK_STREAM, 0), EAFNOSUPPORT);
-    CHILD_EXPECT_ERRNO(::syscall(__NR_socket, AF_NETLINK | (1UL << 32), SOCK_RAW, 0), EAFNOSUPPORT);
+    CHILD_EXPECT_ERRNO(::syscall(__NR_socket, AF_NETLINK | (1UL << 32), SOCK_RAW, NETLINK_NETFILTER), EAFNOSUPPORT);
     CHILD_EXPECT_ERRNO(::syscall(__NR_socket, AF_INET | (1UL << 32), SOCK_RAW, 0), EPERM);
     CHILD_EXPECT_ERRNO(::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP), EPERM);
     CHILD_EXPECT_ERRNO(::socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, IPPROTO_RAW), EPERM);

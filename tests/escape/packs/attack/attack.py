@@ -241,10 +241,10 @@ def group_seccomp(args):
     case("seccomp.unshare_user", lambda: sysc(272, 0x10000000))
     case("seccomp.unshare_zero", lambda: sysc(272, 0))
     case("seccomp.setns", lambda: sysc(308, os.open("/proc/self/ns/user", os.O_RDONLY), 0))
-    case("seccomp.socket_netlink", lambda: socket.socket(16, socket.SOCK_RAW, 0).fileno())
+    case("seccomp.socket_netlink", lambda: socket.socket(16, socket.SOCK_RAW, 12).fileno())  # NETLINK_NETFILTER
     case("seccomp.socket_packet", lambda: socket.socket(17, socket.SOCK_RAW, 0).fileno())
     case("seccomp.socket_raw_inet", lambda: socket.socket(2, socket.SOCK_RAW, 1).fileno())
-    case("seccomp.socket_netlink_high", lambda: sysc(41, 16 | (1 << 32), 3, 0))
+    case("seccomp.socket_netlink_high", lambda: sysc(41, 16 | (1 << 32), 3, 12))
     case("seccomp.setrlimit_nofile_raise", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20)))
     case("seccomp.seccomp_strict", lambda: sysc(317, 0, 0, 0))
     case("seccomp.alive", lambda: os.getpid())
@@ -1379,12 +1379,100 @@ def hostile_names(args):
         os.mkfifo(out + b"fifos/" + (b"f\xff-%d-" % i) + b"z" * 200)
     os.symlink(b"/etc/passwd", out + b"link-\x1b]0;title\x07-\xc3")
     report("names.made", "ok %d" % count)
+# ---- NETLINK_ROUTE: allowed for getifaddrs(3), read-only for the agent -------------------
+
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE, NLM_F_DUMP = 1, 4, 0x200, 0x400, 0x300
+
+
+def rta(kind, data):
+    n = 4 + len(data)
+    return struct.pack("=HH", n, kind) + data + b"\0" * ((4 - n % 4) % 4)
+
+
+def rtnl(msg_type, flags, body):
+    """One rtnetlink request; the kernel's ack (or first answer) decides the outcome."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:
+        s.bind((0, 0))
+        s.settimeout(5)
+        s.send(struct.pack("=IHHII", 16 + len(body), msg_type, flags, 1, 0) + body)
+        data = s.recv(65536)
+    length, typ = struct.unpack("=IH", data[:6])
+    if typ == 2:  # NLMSG_ERROR: int error, then the request's header
+        err = struct.unpack("=i", data[16:20])[0]
+        if err < 0:
+            raise OSError(-err, os.strerror(-err))
+        return "acked"
+    return "answered type %d" % typ
+
+
+def rtnl_links():
+    """RTM_GETLINK dump: the names and up/down state of the sandbox's interfaces."""
+    out = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:
+        s.bind((0, 0))
+        s.settimeout(5)
+        s.send(struct.pack("=IHHII", 32, 18, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + struct.pack("=BxHiII", 0, 0, 0, 0, 0))
+        while True:
+            data = s.recv(65536)
+            off = 0
+            while off + 16 <= len(data):
+                length, typ = struct.unpack("=IH", data[off:off + 6])
+                if typ == 3:  # NLMSG_DONE
+                    return ",".join(sorted(out))
+                if typ == 2:
+                    err = struct.unpack("=i", data[off + 16:off + 20])[0]
+                    raise OSError(-err, os.strerror(-err))
+                flags = struct.unpack("=I", data[off + 24:off + 28])[0]
+                a = off + 32
+                while a + 4 <= off + length:
+                    alen, akind = struct.unpack("=HH", data[a:a + 4])
+                    if alen < 4:
+                        break
+                    if akind == 3:  # IFLA_IFNAME
+                        out.append(data[a + 4:a + alen].rstrip(b"\0").decode() + (":up" if flags & 1 else ":down"))
+                    a += (alen + 3) & ~3
+                off += (length + 3) & ~3
+
+
+def group_netlink(args):
+    lo = 1
+    v4 = socket.AF_INET
+    ifaddr = lambda idx: struct.pack("=BBBBI", v4, 32, 0, 0, idx)  # noqa: E731
+    rtm = lambda: struct.pack("=BBBBBBBBI", v4, 0, 0, 0, 254, 4, 0, 1, 0)  # noqa: E731 - main table, unicast
+    case("netlink.getlink_dump", rtnl_links)
+    case("netlink.getifaddrs", lambda: ",".join(sorted(n for _, n in socket.if_nameindex())))
+    case("netlink.newaddr", lambda: rtnl(20, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+                                         ifaddr(lo) + rta(2, socket.inet_aton("10.9.9.9"))))
+    case("netlink.deladdr", lambda: rtnl(21, NLM_F_REQUEST | NLM_F_ACK, ifaddr(lo) + rta(2, socket.inet_aton("127.0.0.1"))))
+    case("netlink.newroute", lambda: rtnl(24, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
+                                          rtm() + rta(4, struct.pack("=i", lo))))
+    case("netlink.delroute", lambda: rtnl(25, NLM_F_REQUEST | NLM_F_ACK, rtm()))
+    case("netlink.setlink_lo_down", lambda: rtnl(19, NLM_F_REQUEST | NLM_F_ACK, struct.pack("=BxHiII", 0, 0, lo, 0, 1)))
+    case("netlink.newlink_dummy", lambda: rtnl(16, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+                                               struct.pack("=BxHiII", 0, 0, 0, 0, 0) + rta(3, b"evil0\0") +
+                                               rta(18, rta(1, b"dummy"))))
+    case("netlink.dellink_lo", lambda: rtnl(17, NLM_F_REQUEST | NLM_F_ACK, struct.pack("=BxHiII", 0, 0, lo, 0, 0)))
+    case("netlink.newrule", lambda: rtnl(32, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE, rtm()))
+    case("netlink.newneigh", lambda: rtnl(28, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
+                                          struct.pack("=BxxxiHBB", v4, lo, 0x80, 0, 0) + rta(1, socket.inet_aton("10.9.9.9"))))
+    case("netlink.newqdisc", lambda: rtnl(36, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
+                                          struct.pack("=BxxxiIII", 0, lo, 0, 0xFFFFFFFF, 0) + rta(1, b"noqueue\0")))
+    # Every other netlink protocol stays refused at socket(): nftables, sock_diag, audit, ...
+    case("netlink.netfilter", lambda: netlink_dump(12))
+    case("netlink.sock_diag", lambda: netlink_dump(4))
+    case("netlink.audit", lambda: netlink_dump(9))
+    case("netlink.uevent", lambda: netlink_dump(15))
+    case("netlink.generic", lambda: netlink_dump(16))
+    case("netlink.netfilter_high", lambda: sysc(41, 16, 3, 12 | (1 << 32)))
+    case("netlink.route_stream", lambda: sysc(41, 16, socket.SOCK_STREAM, 0))
+    # After all of it, nothing changed.
+    case("netlink.getlink_after", rtnl_links)
 
 
 GROUPS = {"exec": group_exec, "seccomp": group_seccomp, "sweep": group_sweep, "observer": group_observer,
           "observer2": group_observer2, "fs": group_fs, "ipc": group_ipc, "resources": group_resources,
           "info": group_info, "net": group_net, "netstar": group_netstar,
-          "report": group_report, "vflood": violation_flood, "names": hostile_names}
+          "report": group_report, "vflood": violation_flood, "names": hostile_names, "netlink": group_netlink}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in GROUPS:
