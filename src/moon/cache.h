@@ -33,7 +33,7 @@ namespace soyaos::moon {
 // Bumped whenever the Comet's enforcement changes what an agent can observe or do (the
 // filesystem view, the seccomp filter, limits' defaults, the environment): results of an
 // older Comet are then never replayed.
-inline constexpr int kCometPolicyVersion = 1;
+inline constexpr int kCometPolicyVersion = 2;  // 2: the runtime layer (issue #11), HOME/TMPDIR on scratch
 // Default size cap of the cache (SOYAOS_CACHE_MAX overrides it).
 inline constexpr uint64_t kDefaultCacheMaxBytes = uint64_t{1} << 30;
 inline constexpr int kCacheSchemaVersion = 1;

@@ -46,6 +46,10 @@ const std::vector<RuntimeProbe> kRuntimeProbes = {
     {"/proc/uptime", ProbeKind::served, kForAll, "libuv os.uptime()", "the host's uptime (sysinfo(2) tells the same)"},
     {"/proc/sys/vm/overcommit_memory", ProbeKind::absent, kForAll, "glibc malloc when it trims a thread's heap",
      "absent: glibc assumes heuristic overcommit"},
+    {"/var/lib/libuuid", ProbeKind::absent, kForAll,
+     "libuuid's clock file, opened for writing by python uuid.uuid1()",
+     "absent; creating clock.txt fails with ENOENT (not reported): libuuid then uses a random clock sequence",
+     /*create_probe=*/true},
     // --- /sys (not mounted) -------------------------------------------------------------------
     {"/sys/devices/system/cpu", ProbeKind::absent, kForAll,
      "glibc sysconf(_SC_NPROCESSORS_*), libuv cpufreq", "absent: glibc falls back to /proc/stat (served)"},
@@ -226,6 +230,13 @@ std::string generated_probe_content(const RuntimeProbe& probe) {
   if (path == "/etc/timezone") return "Etc/UTC\n";
   if (path == "/etc/python3.11/sitecustomize.py") return kSitecustomize;
   return {};
+}
+
+bool is_create_probe(const std::string& path, Runtime runtime) {
+  return std::any_of(kRuntimeProbes.begin(), kRuntimeProbes.end(), [&](const RuntimeProbe& p) {
+    return p.kind == ProbeKind::absent && p.create_probe && probe_applies(p, runtime) &&
+           manifest::path_covers(p.path, path);
+  });
 }
 
 bool is_served_proc_file(const std::string& path) {

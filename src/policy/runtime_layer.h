@@ -23,7 +23,7 @@ enum class ProbeKind {
   generated,  // a file the Comet writes (content from generated_probe_content)
   link,       // a symlink the Comet creates; `answer` is its target
   served,     // /proc: rendered on every open by the supervisor for the agent's own view
-  absent,     // left absent (ENOENT, as on a host without it); probing it is not a violation
+  absent,     // left absent (ENOENT, as on a host without it); reading it is not a violation
 };
 
 // Which runtimes a row applies to (bit mask).
@@ -35,6 +35,9 @@ struct RuntimeProbe {
   unsigned runtimes;   // kForPython | kForNode | kForNative
   const char* prober;  // who opens it on their own
   const char* answer;  // what the Comet answers (link target for `link`; documentation otherwise)
+  // `absent` rows only: the runtime also tries to create it (libuuid's clock file). That open
+  // is answered ENOENT, as on a host without the directory, and is not a violation either.
+  bool create_probe = false;
 };
 
 const std::vector<RuntimeProbe>& runtime_probes();
@@ -43,6 +46,9 @@ bool probe_applies(const RuntimeProbe& probe, manifest::Runtime runtime);
 
 // The content of a `generated` row.
 std::string generated_probe_content(const RuntimeProbe& probe);
+
+// True when `path` is under an `absent` row with create_probe that applies to `runtime`.
+bool is_create_probe(const std::string& path, manifest::Runtime runtime);
 
 // The /proc files a Comet serves (`served` rows): true when `path` is one of them.
 bool is_served_proc_file(const std::string& path);

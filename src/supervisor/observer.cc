@@ -368,6 +368,9 @@ Decision Observer::check_resolved(const Notification& n, AgentView& view, const 
     err = EACCES;  // what Landlock answers: the directory exists, listing it is refused
   }
   if (allowed) return {};
+  // A runtime that creates a file the layer leaves absent (libuuid's clock file): ENOENT, as on
+  // a host without that directory, and not the agent's violation (runtime_layer.cc).
+  if (write && policy::is_create_probe(path, policy_.runtime)) return Decision{true, ENOENT, std::nullopt};
   Decision d;
   d.deny = true;
   d.err = err;

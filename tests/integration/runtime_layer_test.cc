@@ -184,6 +184,7 @@ with open("/etc/timezone") as f:
 mimetypes.init()  # /etc/mime.types
 out["mimetype"] = mimetypes.guess_type("a.json")[0]
 out["uuid"] = len(str(uuid.uuid4()))
+out["uuid1"] = uuid.uuid1().version  # libuuid: /var/lib/libuuid/clock.txt (absent, tolerated)
 out["home"] = os.path.expanduser("~")
 out["tmp"] = tempfile.gettempdir()
 with tempfile.NamedTemporaryFile() as t:
@@ -220,6 +221,7 @@ TEST_F(RuntimesLayer, PythonStandardProbesAreAnsweredWithoutViolations) {
   EXPECT_EQ(o["timezone"], "Etc/UTC");
   EXPECT_EQ(o["mimetype"], "application/json");
   EXPECT_EQ(o["uuid"], 36);
+  EXPECT_EQ(o["uuid1"], 1);
   EXPECT_EQ(o["home"], "/tmp");  // the declared scratch path (M6)
   EXPECT_EQ(o["tmp"], "/tmp");
 }
@@ -243,6 +245,7 @@ for p in ["/etc/shadow", "/etc/machine-id", "/etc/hostname", "/proc/kallsyms", "
     attempt(p, read(p))
 attempt("write:/proc/stat", lambda: open("/proc/stat", "w"))
 attempt("write:/etc/os-release", lambda: open("/etc/os-release", "a"))
+attempt("write:/var/lib/other", lambda: open("/var/lib/other", "w"))
 # Served rows, read as the agent sees them.
 with open("/proc/stat") as f:
     out["stat_cpus"] = sum(1 for l in f if l.startswith("cpu") and l[3].isdigit())
@@ -266,6 +269,8 @@ TEST_F(RuntimesLayer, ForbiddenNeighboursAreStillRefusedAndReported) {
   EXPECT_EQ(o["write:/proc/stat"], "EACCES") << r.context();
   EXPECT_TRUE(r.has_fs_violation("/proc/stat", "EACCES")) << r.context();
   EXPECT_EQ(o["write:/etc/os-release"], "EACCES") << r.context();
+  EXPECT_EQ(o["write:/var/lib/other"], "EACCES") << r.context();
+  EXPECT_TRUE(r.has_fs_violation("/var/lib/other", "EACCES")) << r.context();
   EXPECT_EQ(o["stat_cpus"], allowed_cpus()) << r.context();
   EXPECT_EQ(o["loadavg_fields"], json::array({"1/1", "1"})) << r.context();
 }

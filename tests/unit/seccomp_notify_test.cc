@@ -455,9 +455,10 @@ ctx = ssl.create_default_context()
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
 cli = socket.create_connection(srv.getsockname()); conn, _ = srv.accept()
 cli.sendall(b"x"); assert conn.recv(1) == b"x"
+socket.socket(socket.AF_NETLINK, socket.SOCK_RAW).close()  # NETLINK_ROUTE (getifaddrs) is allowed
 try:
-    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)
-    raise SystemExit("netlink allowed")
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)  # NETLINK_NETFILTER
+    raise SystemExit("netlink netfilter allowed")
 except OSError:
     pass
 with tempfile.TemporaryDirectory() as d:
