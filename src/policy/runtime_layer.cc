@@ -146,8 +146,12 @@ std::string render_stat(std::string_view host, const std::vector<int>& cpus) {
     kept.push_back('\n');
   }
   std::string out = "cpu ";
-  for (uint64_t v : total) out += " " + std::to_string(v);
-  return out + "\n" + kept;
+  for (uint64_t v : total) {
+    out.push_back(' ');  // appended separately: `" " + std::string` trips GCC 12's -Wrestrict at -O3
+    out.append(std::to_string(v));
+  }
+  out.push_back('\n');
+  return out.append(kept);
 }
 
 std::string render_cpuinfo(std::string_view host, const std::vector<int>& cpus) {

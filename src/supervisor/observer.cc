@@ -359,9 +359,6 @@ Decision Observer::check_resolved(const Notification& n, AgentView& view, const 
   last_resolved_ = path;
   int err = write ? EACCES : ENOENT;
   bool allowed = write ? writable(policy_, path) : readable(policy_, path);
-  // A runtime that creates a file the layer leaves absent (libuuid's clock file): ENOENT, as on
-  // a host without that directory; a runtime-layer answer, not the agent's violation.
-  if (!allowed && write && policy::is_create_probe(path, policy_.runtime)) return Decision{true, ENOENT, std::nullopt};
   // (Where nothing exists, e.g. /sys above a runtime probe, the kernel says ENOENT itself.)
   if (allowed && open_for_read && ancestor_only(policy_, path) && view.sandbox_is_dir(path)) {
     allowed = false;
