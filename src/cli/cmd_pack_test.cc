@@ -3,6 +3,7 @@
 // declared capabilities no example exercised (the run-time twin of lint's static check).
 // Exit 0 all examples pass, 1 any failure (or no examples, or an invalid manifest, or with
 // --strict a capability not exercised), 2 usage error, 125 a Comet could not start.
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ struct ExampleResult {
   std::string reason;
   std::string run_id;
   std::string stderr_tail;
+  int stop_signal = 0;  // soyaos received SIGINT/SIGTERM/SIGHUP during it (C9)
 };
 
 // A fresh private directory for one example's /workdir/out, removed when done.
@@ -116,8 +118,13 @@ void mark_exercised(const manifest::Manifest& m, const manifest::Example& ex, co
     for (const auto& r : m.capabilities.fs_read) {
       if (r.path.size() > std::string(kInputs).size() && manifest::path_covers(kInputs, r.path)) {
         std::error_code ec;
-        fs::path host = pack_dir / ex.input / r.path.substr(std::string(kInputs).size() + 1);
-        if (fs::exists(host, ec)) read_targets.push_back(r.path);
+        const std::string below = r.path.substr(std::string(kInputs).size() + 1);
+        const fs::path input = pack_dir / ex.input;
+        if (fs::is_directory(input, ec)) {
+          if (fs::exists(input / below, ec)) read_targets.push_back(r.path);
+        } else if (below == input.filename().string()) {  // a file input keeps its name
+          read_targets.push_back(r.path);
+        }
       }
     }
   }
@@ -159,7 +166,8 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
   }
   supervisor::RunRequest req;
   req.pack_dir = pack_dir;
-  if (!ex.input.empty()) req.options.input = pack_dir / ex.input;
+  // As an unnamed --input: a directory is /workdir/inputs, a file /workdir/inputs/<its name> (T6).
+  if (!ex.input.empty()) req.options.inputs.push_back({"", pack_dir / ex.input});
   req.options.extra_args = ex.args;
   req.options.out = tmp.out();
   req.capture_output = true;
@@ -172,6 +180,7 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
   r.exit_code = report.exit_code;
   r.run_id = report.run_id;
   r.stderr_tail = last_lines(report.captured.err, kStderrTailLines);
+  r.stop_signal = report.outcome.stop_signal;
 
   // 125/126 with an error: the agent never ran (a missing layer, an invalid manifest...).
   if (!report.error.empty() && (report.exit_code == supervisor::kExitSetup ||
@@ -222,6 +231,11 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
 bool print(const std::string& s) { return std::fwrite(s.data(), 1, s.size(), stdout) == s.size() && std::fflush(stdout) == 0; }
 
 int run_test(const TestArgs& a, const CliContext& ctx) {
+  // As `soyaos run` (C9): before any thread exists, stop signals go to the supervisor only
+  // (the example's agent is stopped gracefully and its run recorded), and a closed stdout
+  // is an EPIPE, not a death.
+  supervisor::block_stop_signals();
+  (void)::signal(SIGPIPE, SIG_IGN);
   auto home = moon::default_home();
   if (!home) {
     std::fprintf(stderr, "soyaos pack test: moon: %s\n", home.error().describe().c_str());
@@ -283,7 +297,14 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
     } else if (!r.passed && !r.stderr_tail.empty()) {
       std::fprintf(stderr, "%s: stderr:\n%s", r.name.c_str(), r.stderr_tail.c_str());
     }
+    const int sig = r.stop_signal != 0 ? r.stop_signal : supervisor::take_pending_stop_signal();
     results.push_back(std::move(r));
+    if (sig != 0) {
+      // Interrupted: the example that was running is recorded; the rest are not started.
+      std::fprintf(stderr, "soyaos pack test: interrupted (signal %d); %zu of %zu examples not run\n", sig,
+                   m.examples.size() - results.size(), m.examples.size());
+      return 128 + sig;
+    }
   }
 
   // Only meaningful when every example ran: a Comet that could not start exercised nothing.

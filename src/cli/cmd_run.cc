@@ -1,8 +1,10 @@
-// `soyaos run PACK [--input PATH] [--out DIR] [--events FILE|-] [--mount H:S[:ro|rw]]
+// `soyaos run PACK [--input [NAME=]PATH]... [--out DIR] [--events FILE|-] [--mount H:S[:ro|rw]]
 //  [--no-cache] [-- ARGS...]`: runs a pack in a Comet (SPEC.md §3).
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -10,22 +12,59 @@
 #include "cli/run_cache.h"
 #include "cli/run_moon.h"
 #include "common/text.h"
+#include "manifest/manifest.h"
 #include "moon/store.h"
+#include "policy/policy.h"
 #include "scope/events.h"
 #include "supervisor/run.h"
 
 namespace soyaos::cli {
 namespace {
 
+namespace fs = std::filesystem;
+
 struct RunArgs {
   std::string pack;
-  std::string input;
+  std::vector<std::string> inputs;
   std::string out;
   std::vector<std::string> events;
   std::vector<std::string> mounts;
   bool no_cache = false;
   std::vector<std::string> args;
 };
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// How a stopped run ended (C9), so that the operator knows what the agent had time to do.
+void print_stop(const supervisor::RunReport& r) {
+  const auto& o = r.outcome;
+  std::string why;
+  if (o.ending == supervisor::Ending::timed_out) {
+    why = "timed out (resources.timeout)";
+  } else if (o.ending == supervisor::Ending::interrupted) {
+    why = "stopped by " + signal_name(o.status);
+  } else {
+    if (o.stop_signal != 0) {
+      std::fprintf(stderr, "soyaos: run %s: %s received after the agent had ended\n", r.run_id.c_str(),
+                   signal_name(o.stop_signal).c_str());
+    }
+    return;
+  }
+  const std::string grace = o.grace_ms % 1000 == 0 ? std::to_string(o.grace_ms / 1000) + "s"
+                                                  : std::to_string(o.grace_ms) + "ms";
+  const char* how = "";
+  switch (o.stop) {
+    case supervisor::Stop::graceful: how = "the agent ended after SIGTERM"; break;
+    case supervisor::Stop::killed: how = "the agent was killed (SIGKILL) after SIGTERM and its grace period"; break;
+    case supervisor::Stop::killed_at_once: how = "the agent was killed at once (no SIGTERM handler, or resources.grace 0s)"; break;
+    case supervisor::Stop::none: how = "the agent had not started"; break;
+  }
+  std::fprintf(stderr, "soyaos: run %s: %s; %s (resources.grace %s); outputs collected, events stored\n",
+               r.run_id.c_str(), why.c_str(), how, grace.c_str());
+}
 
 // At most this many distinct lines in the summary; the rest are in the Moon (scope query).
 constexpr size_t kMaxSummaryLines = 50;
@@ -76,7 +115,51 @@ void print_summary(const supervisor::RunReport& r) {
   }
 }
 
+// T7: the output directory must be new or empty, and writable, before anything starts (a
+// stale file would be taken for this run's output; an unwritable one would fail only
+// after the agent ran). An empty string: fine; else why not, naming it.
+std::string check_out_dir(const fs::path& dir) {
+  std::error_code ec;
+  auto st = fs::symlink_status(dir, ec);
+  if (!ec && fs::exists(st)) {
+    if (fs::is_symlink(st)) return dir.string() + ": is a symbolic link; give a new or empty directory";
+    if (!fs::is_directory(st)) return dir.string() + ": exists and is not a directory; give a new or empty directory";
+    if (!fs::is_empty(dir, ec) || ec) {
+      return dir.string() + ": not empty (a run's outputs go into a new or empty directory, so that no old file "
+                            "passes for this run's)";
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) return dir.string() + ": not writable (" + std::strerror(errno) + ")";
+    return {};
+  }
+  // New: its nearest existing ancestor must be a directory we can create entries in.
+  fs::path parent = fs::absolute(dir, ec).parent_path();
+  while (!parent.empty() && !fs::exists(parent, ec) && parent != parent.root_path()) parent = parent.parent_path();
+  if (!fs::is_directory(parent, ec)) return dir.string() + ": cannot be created (" + parent.string() + " is not a directory)";
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+    return dir.string() + ": cannot be created in " + parent.string() + " (" + std::strerror(errno) + ")";
+  }
+  return {};
+}
+
+// Whether this pack's /workdir/out is collected at all (declared in fs.write): only then
+// does the default ./soyaos-out/RUN_ID need to be creatable. An invalid manifest: true
+// (run_pack reports the manifest; checking a directory never hurts).
+bool pack_collects_out(const fs::path& pack_dir) {
+  auto loaded = manifest::load_pack(pack_dir);
+  if (!loaded.manifest) return true;
+  for (const auto& w : loaded.manifest->capabilities.fs_write) {
+    if (manifest::path_covers(w.path, "/workdir/out")) return true;
+  }
+  return false;
+}
+
 void run(const RunArgs& a, CliContext& ctx) {
+  // C9: before any thread exists (the Moon client, the egress and DNS threads), so that a
+  // SIGINT/SIGTERM/SIGHUP reaches only the supervisor, which stops the agent gracefully and
+  // still records the run; and a reader that goes away (`| head`) is an EPIPE to drain
+  // past, not a SIGPIPE that loses the run.
+  supervisor::block_stop_signals();
+  (void)::signal(SIGPIPE, SIG_IGN);
   supervisor::RunRequest req;
   // The embedded Moon: events are stored and flags kept under $SOYAOS_HOME. Without it
   // the run does not start (E4: events are never lost silently).
@@ -107,8 +190,28 @@ void run(const RunArgs& a, CliContext& ctx) {
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }
-  if (!a.input.empty()) req.options.input = a.input;
-  if (!a.out.empty()) req.options.out = a.out;
+  // Usage checks, before anything starts (T6, T7): exit 2, nothing run, nothing touched.
+  for (const auto& in : a.inputs) req.options.inputs.push_back(policy::parse_input_arg(in));
+  if (auto targets = policy::input_targets(req.options.inputs); !targets) {
+    std::fprintf(stderr, "soyaos: %s\n", targets.error().describe().c_str());
+    ctx.exit_code = kExitUsage;
+    return;
+  }
+  if (!a.out.empty()) {
+    if (auto why = check_out_dir(a.out); !why.empty()) {
+      std::fprintf(stderr, "soyaos: --out %s\n", why.c_str());
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    req.options.out = a.out;
+  } else if (pack_collects_out(req.pack_dir)) {
+    // The default ./soyaos-out/RUN_ID is new by construction; ./soyaos-out must be usable.
+    if (auto why = check_out_dir(fs::path("soyaos-out") / "RUN_ID"); !why.empty()) {
+      std::fprintf(stderr, "soyaos: the default --out, %s; give --out DIR\n", why.c_str());
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+  }
   req.options.mounts = a.mounts;
   req.options.extra_args = a.args;
   for (const auto& e : a.events) {
@@ -124,6 +227,8 @@ void run(const RunArgs& a, CliContext& ctx) {
   auto cache = RunCache::prepare(*home, req, a.no_cache);
   if (auto replayed = cache.replay(req)) {
     ctx.exit_code = *replayed;
+    // C9: interrupted while replaying (the replay itself is complete and recorded).
+    if (int sig = supervisor::take_pending_stop_signal(); sig != 0) ctx.exit_code = 128 + sig;
     return;
   }
   cache.arm(req);
@@ -151,15 +256,19 @@ void run(const RunArgs& a, CliContext& ctx) {
   for (const auto& l : report.limits_exceeded) {
     std::fprintf(stderr, "soyaos: run %s: %s\n", report.run_id.c_str(), l.c_str());
   }
-  if (report.outcome.ending == supervisor::Ending::timed_out) {
-    std::fprintf(stderr, "soyaos: run %s: timed out (resources.timeout)\n", report.run_id.c_str());
-  }
+  print_stop(report);
   if (report.outcome.ending == supervisor::Ending::exec_failed) {
     std::fprintf(stderr, "soyaos: the runtime could not be executed: %s\n",
                  Error{report.outcome.exec_errno, "execve"}.describe().c_str());
   }
   print_summary(report);
   ctx.exit_code = report.exit_code;
+  // C9: a signal after the run's record was complete still ends soyaos with 128+N.
+  if (int sig = supervisor::take_pending_stop_signal(); sig != 0 && report.outcome.stop_signal == 0) {
+    std::fprintf(stderr, "soyaos: run %s: %s received after the run ended; its record is complete\n",
+                 report.run_id.c_str(), signal_name(sig).c_str());
+    ctx.exit_code = 128 + sig;
+  }
 }
 
 }  // namespace
@@ -168,14 +277,28 @@ void register_run_command(CLI::App& app, CliContext& ctx) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "Run a pack in a Comet, the fail-closed sandbox");
   cmd->add_option("pack", args->pack, "Pack directory, or NAME@VERSION from the registry")->required();
-  cmd->add_option("--input", args->input, "File or directory mounted read-only at /workdir/inputs");
+  cmd->add_option("--input", args->inputs,
+                  "[NAME=]PATH, repeatable: NAME=PATH at /workdir/inputs/NAME; an unnamed directory is "
+                  "/workdir/inputs, an unnamed file /workdir/inputs/<its name>")
+      ->allow_extra_args(false);
   cmd->add_option("--out", args->out, "Where /workdir/out is collected (default ./soyaos-out/RUN_ID)");
-  cmd->add_option("--events", args->events, "Append Scope events (JSON Lines) to FILE, or - for stdout");
+  // One value per occurrence (repeat the option): a vector option would otherwise take
+  // the words that follow it, up to and including `--`.
+  cmd->add_option("--events", args->events,
+                  "Append Scope events (JSON Lines) to FILE, or - for stdout (the agent's stdout then goes to "
+                  "stderr); repeatable")
+      ->allow_extra_args(false);
   cmd->add_option("--mount", args->mounts,
-                  "Bind operator data HOST:SANDBOX[:ro|:rw] at a path the manifest declares");
+                  "Bind operator data HOST:SANDBOX[:ro|:rw] at a path the manifest declares; repeatable")
+      ->allow_extra_args(false);
   cmd->add_flag("--no-cache", args->no_cache, "Always run (bypass the result cache)");
   cmd->add_option("args", args->args, "Arguments for the agent (after --)");
-  cmd->callback([args, &ctx] { run(*args, ctx); });
+  // Everything after the first `--` goes to the agent verbatim (T7): main() takes it off
+  // the command line before CLI11 parses, so no option can consume any of it.
+  cmd->callback([args, &ctx] {
+    args->args.insert(args->args.end(), ctx.passthrough.begin(), ctx.passthrough.end());
+    run(*args, ctx);
+  });
 }
 
 }  // namespace soyaos::cli

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 namespace soyaos::policy {
 struct OperatorNetwork;
@@ -15,6 +17,10 @@ namespace soyaos::cli {
 struct CliContext {
   int exit_code = 0;
   bool color = false;  // stdout is a TTY and NO_COLOR is unset (T5)
+  // Everything after the first `--` on the command line, verbatim (T7): main() removes it
+  // before parsing; `run` hands it to the agent.
+  std::vector<std::string> passthrough;
+  bool has_passthrough = false;
 };
 
 // Exit status for a command-line usage error (T1, T2).

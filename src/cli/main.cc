@@ -2,9 +2,12 @@
 // formatting lives in the cmd_*.cc files. Errors go to stderr, machine output to stdout.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -13,6 +16,60 @@
 #endif
 
 namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Walks the words of the command line down the subcommand tree. A word where a group
+// (soyaos, pack, scope, ...) expects one of its subcommands and that names none is a
+// mistyped command: returns the message suggesting the nearest (CLI11 would only say "A
+// subcommand is required"). Sets `leaf` to the last subcommand reached.
+std::string unknown_subcommand(CLI::App& app, const std::vector<std::string>& words, CLI::App*& leaf) {
+  leaf = &app;
+  for (const auto& w : words) {
+    if (w.empty() || w[0] == '-') continue;  // options of a group take no values
+    auto subs = leaf->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) return {};
+    auto named = std::find_if(subs.begin(), subs.end(), [&w](CLI::App* sub) { return sub->check_name(w); });
+    if (named != subs.end()) {
+      leaf = *named;
+      continue;
+    }
+    const std::string group = leaf == &app ? "soyaos" : "soyaos " + leaf->get_name();
+    std::string best, names;
+    size_t best_d = std::string::npos;
+    for (CLI::App* sub : subs) {
+      const std::string& n = sub->get_name();
+      names += (names.empty() ? "" : ", ") + n;
+      size_t d = edit_distance(w, n);
+      if (d < best_d) {
+        best_d = d;
+        best = n;
+      }
+    }
+    std::string msg = group + ": '" + w + "' is not a command";
+    // A suggestion only when it is plausibly what was meant.
+    if (best_d <= std::max<size_t>(2, best.size() / 3)) {
+      msg += "; did you mean '" + group + " " + best + "'?";
+    } else {
+      msg += "; commands: " + names;
+    }
+    return msg + " (`" + group + " --help` describes them)";
+  }
+  return {};
+}
 
 int run_cli(int argc, char** argv) {
   using namespace soyaos::cli;
@@ -33,8 +90,25 @@ int run_cli(int argc, char** argv) {
   register_cache_commands(app, ctx);
   register_moon_commands(app, ctx);
 
+  // T7: everything after the first `--` of `soyaos run` goes to the agent verbatim,
+  // whatever options precede it; CLI11 never sees it (a multi-value option cannot swallow it).
+  std::vector<std::string> words(argv + 1, argv + argc);
+  auto dashdash = std::find(words.begin(), words.end(), "--");
+  CLI::App* leaf = nullptr;
+  if (auto msg = unknown_subcommand(app, std::vector<std::string>(words.begin(), dashdash), leaf); !msg.empty()) {
+    std::fprintf(stderr, "%s\n", msg.c_str());
+    return kExitUsage;
+  }
+  if (dashdash != words.end() && leaf != nullptr && leaf->get_name() == "run") {
+    ctx.passthrough.assign(dashdash + 1, words.end());
+    ctx.has_passthrough = true;
+    words.erase(dashdash, words.end());
+  }
+  // CLI11 takes the words in reverse order (argv without the program name).
+  std::reverse(words.begin(), words.end());
+
   try {
-    app.parse(argc, argv);
+    app.parse(words);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

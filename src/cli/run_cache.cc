@@ -65,10 +65,6 @@ std::string operator_config_digest(const fs::path& home) {
   return d ? *d : "unreadable";
 }
 
-// The run's own statuses and signals: an agent exiting with one of these looks like a
-// failed run, so it is never cached (C9: 124 timeout, 125 setup, 126 exec, 137 memory).
-constexpr int kFirstUncachedStatus = 124;
-
 }  // namespace
 
 RunCache::RunCache(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -109,10 +105,18 @@ RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& r
   moon::CacheKeyParts parts;
   parts.pack_digest = *pack_digest;
   parts.input_digest = "none";
-  if (req.options.input) {
-    auto d = moon::input_digest(*req.options.input);
-    if (!d) return RunCache(std::move(s));  // run_pack says what is wrong with --input
-    parts.input_digest = *d;
+  // Every input, its content and where it appears (T6): a JSON array of [sandbox path,
+  // digest] pairs in mount order, so renaming an input or swapping two changes the key.
+  if (!req.options.inputs.empty()) {
+    auto targets = policy::input_targets(req.options.inputs);
+    if (!targets) return RunCache(std::move(s));  // run_pack says what is wrong with --input
+    nlohmann::json enc = nlohmann::json::array();
+    for (size_t i = 0; i < req.options.inputs.size(); ++i) {
+      auto d = moon::input_digest(req.options.inputs[i].path);
+      if (!d) return RunCache(std::move(s));
+      enc.push_back({(*targets)[i], *d});
+    }
+    parts.input_digest = "inputs:sha256:" + sha256_hex(enc.dump());
   }
   parts.args = req.options.extra_args;
   if (m.agent.runtime == manifest::Runtime::native) {
@@ -200,8 +204,13 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
       bytes += n.size;
     }
   }
-  write_fd(STDOUT_FILENO, h.out);
+  // As a run relays them: with `--events -` stdout carries the events, the agent's stdout
+  // goes to stderr (docs/cli.md).
+  write_fd(s_->events_to_stdout ? STDERR_FILENO : STDOUT_FILENO, h.out);
   write_fd(STDERR_FILENO, h.err);
+  // C10: a person is never misled into taking a replay for a run.
+  const std::string note = "replayed from cache: run " + h.run_id + ", " + h.stored_at + "\n";
+  write_fd(STDERR_FILENO, note);
   scope::RunContext ctx{hostname(), s_->run_id, s_->pack, s_->version, s_->pack_digest};
   nlohmann::ordered_json data = {{"key", s_->key},
                                  {"original_run_id", h.run_id},
@@ -230,11 +239,12 @@ void RunCache::arm(supervisor::RunRequest& request) const {
 
 void RunCache::store(const supervisor::RunReport& r) {
   if (!s_->active) return;
-  // Only a clean, complete run: no violation (C10), no timeout, signal or setup failure,
-  // nothing the collection had to skip, no output past the capture bound.
+  // Only a clean, complete run that exited 0 (C10): no violation, no timeout, signal or
+  // setup failure, nothing the collection had to skip, no output past the capture bound.
+  // A failure is never stored: it may be transient and must not outlive its cause.
   if (!r.error.empty() || r.violation_count > 0) return;
-  if (r.outcome.ending != supervisor::Ending::exited || r.exit_code != r.outcome.status) return;
-  if (r.exit_code < 0 || r.exit_code >= kFirstUncachedStatus) return;
+  if (r.outcome.ending != supervisor::Ending::exited || r.outcome.stop_signal != 0) return;
+  if (r.exit_code != 0 || r.outcome.status != 0) return;
   if (!r.captured.enabled || r.captured.out_dropped != 0 || r.captured.err_dropped != 0) return;
   if (!r.outputs.skipped.empty()) return;
   moon::CacheStoreRequest req;

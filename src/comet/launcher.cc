@@ -173,6 +173,13 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
   auto sources = receive_go(sock, policy);
   if (!sources) ::_exit(125);
   steps[kStepCloned] = now_ns();
+  // The agent starts with the signal state any program expects: the supervisor blocks its
+  // stop signals (for its signalfd) and ignores SIGPIPE, and both would survive execve.
+  sigset_t none;
+  sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0 || ::signal(SIGPIPE, SIG_DFL) == SIG_ERR) {
+    fail(sock, "signals", errno_error("reset the signal mask"));
+  }
 
   if (::dup2(stdout_w, STDOUT_FILENO) < 0 || ::dup2(stderr_w, STDERR_FILENO) < 0) {
     fail(sock, "stdio", errno_error("dup2 output pipes"));

@@ -188,6 +188,8 @@ Status mount_masked_dir(int src_fd, const std::string& dst, const std::vector<st
   }
   for (const auto& rel : hide) {
     const std::string path = top + "/" + rel;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) continue;  // a mount point (inputs/NAME) shadows it already
     if (auto s = make_dirs(path.substr(0, path.rfind('/'))); !s) return s;
     // SAFETY: mknod of the overlayfs whiteout (char 0:0); no device is made.
     if (::mknod(path.c_str(), S_IFCHR | 0000, makedev(0, 0)) != 0) {
@@ -231,7 +233,7 @@ Status mount_masked_file(int src_fd, const std::string& dst, uid_t uid, gid_t gi
     if (::write(out.get(), buf, static_cast<size_t>(n)) != n) return errno_error("copy input file");
   }
   out.reset();
-  if (::access(dst.c_str(), F_OK) != 0) {  // /workdir/inputs already exists in the pack overlay
+  if (::access(dst.c_str(), F_OK) != 0) {  // a mount point under /workdir/inputs already exists in the pack overlay
     if (auto s = make_file(dst, 0444); !s) return s;
   }
   if (::mount(copy.c_str(), dst.c_str(), nullptr, MS_BIND, nullptr) != 0) return errno_error("bind at " + dst);
@@ -241,12 +243,14 @@ Status mount_masked_file(int src_fd, const std::string& dst, uid_t uid, gid_t gi
   return {};
 }
 
-// /workdir: the pack, read-only, through a masked overlay with the mount points inputs
-// (a file or a directory, as --input is) and out/ above it (they shadow any entries of
-// those names in the pack).
-Status build_pack_root(int pack_fd, const std::string& dst, bool inputs_is_file, uid_t uid, gid_t gid,
-                       const std::vector<std::string>& hide) {
-  return mount_masked_dir(pack_fd, dst, {inputs_is_file ? "inputs" : "inputs/", "out/"}, uid, gid, hide);
+// /workdir: the pack, read-only, through a masked overlay with the mount points inputs/
+// (holding one mount point per named or file input, a file or a directory as the input
+// is) and out/ above it (they shadow any entries of those names in the pack).
+Status build_pack_root(int pack_fd, const std::string& dst, const std::vector<std::string>& input_points,
+                       uid_t uid, gid_t gid, const std::vector<std::string>& hide) {
+  std::vector<std::string> skel = {"inputs/", "out/"};
+  skel.insert(skel.end(), input_points.begin(), input_points.end());
+  return mount_masked_dir(pack_fd, dst, skel, uid, gid, hide);
 }
 
 Status build_dev(const std::string& dst) {
@@ -299,9 +303,14 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
     return errno_error("make mounts private");
   }
   std::vector<OpenedSource>& sources = sources_in.by_mount;
-  bool inputs_is_file = false;
+  // Mount points below /workdir/inputs, relative to /workdir ("inputs/NAME", a trailing
+  // '/' for a directory), created in the pack overlay's top layer.
+  const std::string inputs_prefix = "/workdir/inputs/";
+  std::vector<std::string> input_points;
   for (size_t i = 0; i < policy.mounts.size(); ++i) {
-    if (policy.mounts[i].target == "/workdir/inputs" && sources[i].fd) inputs_is_file = !sources[i].is_dir;
+    const auto& t = policy.mounts[i].target;
+    if (t.compare(0, inputs_prefix.size(), inputs_prefix) != 0 || !sources[i].fd) continue;
+    input_points.push_back(t.substr(std::strlen("/workdir/")) + (sources[i].is_dir ? "/" : ""));
   }
   if (::mount("tmpfs", kStage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755") != 0) {
     return errno_error("mount root tmpfs");
@@ -351,7 +360,7 @@ Result<SandboxRoot> build_sandbox_root(const policy::Policy& policy, MountSource
         s = write_file(dst, m.content);
         break;
       case MountSpec::Kind::pack_root:
-        s = build_pack_root(sources[i].fd.get(), dst, inputs_is_file, policy.sandbox_uid, policy.sandbox_gid, m.hide);
+        s = build_pack_root(sources[i].fd.get(), dst, input_points, policy.sandbox_uid, policy.sandbox_gid, m.hide);
         break;
       case MountSpec::Kind::dev:
         s = build_dev(dst);

@@ -108,6 +108,7 @@ struct Resources {
   uint64_t memory_bytes = 1ULL << 30;       // 1Gi
   uint32_t pids = 128;
   uint64_t timeout_ms = 300'000;            // 300s
+  uint64_t grace_ms = 5'000;                // 5s: SIGTERM -> SIGKILL on a stop (C9)
   uint64_t write_quota_bytes = 1ULL << 30;  // 1Gi
   uint32_t open_files = 1024;
 };

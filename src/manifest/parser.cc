@@ -529,7 +529,7 @@ class ManifestParser {
   }
 
   void parse_resources(const YNode& n, Resources& r) {
-    auto f = w_.fields(n, "resources", {"memory", "pids", "timeout", "write_quota", "open_files"});
+    auto f = w_.fields(n, "resources", {"memory", "pids", "timeout", "grace", "write_quota", "open_files"});
     if (!f) return;
     auto size = [&](const char* key, uint64_t min, uint64_t& out) {
       const YNode* v = f->get(key);
@@ -565,6 +565,19 @@ class ManifestParser {
           w_.error(*v, "resources.timeout", "must be at most 24h");
         } else {
           r.timeout_ms = *ms;
+        }
+      }
+    }
+    // SIGTERM -> SIGKILL delay on a timeout or an interruption (C9); 0s: SIGKILL at once.
+    if (const YNode* v = f->get("grace")) {
+      if (auto s = w_.string(*v, "resources.grace")) {
+        auto ms = detail::parse_duration_ms(*s);
+        if (!ms) {
+          w_.error(*v, "resources.grace", "must be a duration like 5s, 1500ms or 0s");
+        } else if (*ms > 3'600'000) {
+          w_.error(*v, "resources.grace", "must be at most 1h");
+        } else {
+          r.grace_ms = *ms;
         }
       }
     }

@@ -554,6 +554,12 @@ Result<std::optional<CacheHit>> ResultCache::lookup(const std::string& key, bool
     }
   };
   auto hit = verify();
+  if (hit && hit->exit_code != 0) {
+    // Only runs that exit 0 are stored (C10); a failure stored by an older soyaos is
+    // dropped, never replayed (a transient error must not outlive its cause).
+    if (auto s = drop_entry(key, false, ""); !s) return s.error();
+    return std::optional<CacheHit>();
+  }
   if (hit) return std::optional<CacheHit>(std::move(hit.value()));
   if (hit.error().err != EBADMSG) return hit.error();
   if (auto s = drop_entry(key, true, bad_blob); !s) return s.error();
@@ -712,6 +718,9 @@ Status ResultCache::collect_garbage() {
 }
 
 Result<bool> ResultCache::store(const CacheStoreRequest& r) {
+  // Only runs that exit 0 are stored (C10): a failure may be transient (a network error, an
+  // API that was down) and must not be replayed after its cause is gone.
+  if (r.exit_code != 0) return false;
   std::vector<ScannedNode> tree;
   if (r.out_dir) {
     auto scanned = scan_out(*r.out_dir);

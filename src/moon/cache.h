@@ -154,7 +154,8 @@ class ResultCache {
   Result<std::string> file_identity(const std::filesystem::path& host_path);
 
   // The entry for `key`, verified (manifest, stdout, stderr). nullopt on a miss, and when
-  // the entry was corrupt (it is then dropped: `dropped_corrupt` says so).
+  // the entry was corrupt (it is then dropped: `dropped_corrupt` says so) or records a
+  // non-zero exit status (stored by an older soyaos; dropped too).
   Result<std::optional<CacheHit>> lookup(const std::string& key, bool* dropped_corrupt = nullptr);
   // Creates `dest` (absent or an empty directory) holding the hit's tree, every file
   // verified against its digest while copied, modes as stored. Built in a sibling temp
@@ -167,7 +168,7 @@ class ResultCache {
   // Drops one entry (e.g. it failed to verify) and the blobs nobody else references.
   Status drop(const std::string& key, bool corrupt);
 
-  // Stores a run's result: blobs first (temp, fsync, rename, directory fsync), the index
+  // Stores a run's result (only an exit status of 0: false otherwise, C10): blobs first (temp, fsync, rename, directory fsync), the index
   // row and its references last in one transaction. False when not stored: the same key
   // is already there (a racing identical run), or the entry alone exceeds the cap, or the
   // out tree holds something other than files and directories. Evicts least recently used

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <string_view>
 #include <system_error>
 
 #include "policy/runtime_layer.h"
@@ -137,12 +138,73 @@ std::string generated_group(gid_t gid) {
   return "root:x:0:\nagent:x:" + std::to_string(gid) + ":\nnogroup:x:65534:\n";
 }
 
+namespace {
+
+bool valid_input_name(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name == "." || name == "..") return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!alnum && (i == 0 || (c != '.' && c != '-'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+InputSpec parse_input_arg(const std::string& arg) {
+  auto eq = arg.find('=');
+  if (eq != std::string::npos && valid_input_name(std::string_view(arg).substr(0, eq))) {
+    return {arg.substr(0, eq), arg.substr(eq + 1)};
+  }
+  return {"", arg};
+}
+
+Result<std::vector<std::string>> input_targets(const std::vector<InputSpec>& inputs) {
+  if (inputs.size() > kMaxInputs) {
+    return make_error("--input: at most " + std::to_string(kMaxInputs) + " inputs per run");
+  }
+  std::vector<std::string> targets;
+  std::vector<std::string> names;
+  for (const auto& in : inputs) {
+    const std::string what = "--input " + (in.name.empty() ? "" : in.name + "=") + in.path.string();
+    if (in.path.empty()) return make_error(what + ": no path");
+    std::error_code ec;
+    auto st = fs::status(in.path, ec);
+    if (ec) return make_error(what, ec.value());
+    if (!fs::is_directory(st) && !fs::is_regular_file(st)) return make_error(what + ": not a file or directory");
+    std::string name = in.name;
+    if (name.empty() && fs::is_directory(st)) {
+      if (inputs.size() > 1) {
+        return make_error(what + ": an unnamed directory input is /workdir/inputs itself, so it must be the only "
+                          "input; name each one (--input NAME=PATH)");
+      }
+      targets.emplace_back(kInputs);
+      break;
+    }
+    if (name.empty()) {
+      // An unnamed file keeps its file name (T6).
+      name = in.path.lexically_normal().filename().string();
+      if (name.empty() || name == "." || name == ".." || name.size() > 255) {
+        return make_error(what + ": cannot tell its file name; name it (--input NAME=PATH)");
+      }
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      return make_error(what + ": /workdir/inputs/" + name + " is given twice; name each one (--input NAME=PATH)");
+    }
+    names.push_back(name);
+    targets.push_back(std::string(kInputs) + "/" + name);
+  }
+  return targets;
+}
+
 Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& options) {
   Policy p;
   p.identity = {options.run_id, m.name, m.version, options.digest};
   p.runtime = m.agent.runtime;
   p.limits = {m.resources.memory_bytes, m.resources.pids, m.resources.timeout_ms,
               m.resources.write_quota_bytes, m.resources.open_files};
+  p.limits.grace_ms = m.resources.grace_ms;
   p.egress_any = m.capabilities.egress_any;
   p.egress = m.capabilities.egress;
   for (const auto& e : p.egress) p.moon_proxy = p.moon_proxy || e.protocol == manifest::Protocol::moon_proxy;
@@ -264,10 +326,12 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
     ec.clear();
   }
   p.fs.read.push_back(kWorkdir);
-  if (options.input) {
-    auto input = fs::canonical(*options.input, ec);
-    if (ec) return make_error("--input " + options.input->string(), ec.value());
-    p.mounts.push_back({MountSpec::Kind::bind_ro, input.string(), kInputs, {}, 0, /*mask_source=*/true});
+  auto targets = input_targets(options.inputs);
+  if (!targets) return targets.error();
+  for (size_t i = 0; i < options.inputs.size(); ++i) {
+    auto input = fs::canonical(options.inputs[i].path, ec);
+    if (ec) return make_error("--input " + options.inputs[i].path.string(), ec.value());
+    p.mounts.push_back({MountSpec::Kind::bind_ro, input.string(), (*targets)[i], {}, 0, /*mask_source=*/true});
   }
   p.fs.read.push_back(kInputs);
 

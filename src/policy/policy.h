@@ -61,6 +61,7 @@ struct Limits {
   uint64_t timeout_ms = 0;
   uint64_t write_quota_bytes = 0;
   uint32_t open_files = 0;
+  uint64_t grace_ms = 0;  // SIGTERM -> SIGKILL when the run is stopped (C9)
 };
 
 // The inode half of write_quota (M1 "bytes and inodes"): files, directories, symlinks and
@@ -110,9 +111,27 @@ struct Policy {
 inline constexpr const char* kMoonProxyHost = "moon";
 inline constexpr uint16_t kMoonProxyPort = 3128;
 
+// One --input (SPEC T6, C2): NAME=PATH is mounted at /workdir/inputs/NAME; an unnamed
+// directory is /workdir/inputs itself, an unnamed file /workdir/inputs/<its file name>.
+struct InputSpec {
+  std::string name;             // empty: unnamed
+  std::filesystem::path path;   // host file or directory
+};
+
+// Parses one --input argument: `NAME=PATH` when the text before the first '=' is a valid
+// name (^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$, not "." or ".."), else all of it is a PATH
+// (write `./a=b` for a file really called "a=b").
+InputSpec parse_input_arg(const std::string& arg);
+
+// Checks a run's inputs as a whole, before anything starts: each exists and is a file or a
+// directory, names are unique, an unnamed directory is the only input (it *is*
+// /workdir/inputs), at most kMaxInputs. Returns each one's sandbox path, in order.
+inline constexpr size_t kMaxInputs = 64;
+Result<std::vector<std::string>> input_targets(const std::vector<InputSpec>& inputs);
+
 // Operator choices for one run (`soyaos run` flags).
 struct RunOptions {
-  std::optional<std::filesystem::path> input;  // --input
+  std::vector<InputSpec> inputs;               // --input, in order
   std::optional<std::filesystem::path> out;    // --out (default ./soyaos-out/RUN_ID)
   std::vector<std::string> mounts;             // --mount HOST:SANDBOX[:ro|:rw]
   std::vector<std::string> extra_args;         // after --

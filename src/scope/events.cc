@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -119,7 +120,13 @@ Status EventSink::emit(const nlohmann::ordered_json& event) {
     if (auto s = write_all(f.get(), line); !s) return s;
   }
   if (to_stdout_) {
-    if (auto s = write_all(STDOUT_FILENO, line); !s) return s;
+    if (auto s = write_all(STDOUT_FILENO, line); !s) {
+      // The reader of stdout went away (`soyaos run --events - | head`): that stream ends,
+      // the run and its record do not (files and the Moon still get every event).
+      if (s.error().err != EPIPE) return s;
+      to_stdout_ = false;
+      stdout_closed_ = true;
+    }
   }
   return {};
 }

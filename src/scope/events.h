@@ -43,10 +43,13 @@ class EventSink {
   Status emit(const nlohmann::ordered_json& event);
   Status flush();
   [[nodiscard]] const std::vector<nlohmann::ordered_json>& emitted() const { return emitted_; }
+  // stdout's reader went away (EPIPE): later events were not written there (only there).
+  [[nodiscard]] bool stdout_closed() const { return stdout_closed_; }
 
  private:
   std::vector<UniqueFd> files_;
   bool to_stdout_ = false;
+  bool stdout_closed_ = false;
   std::vector<nlohmann::ordered_json> emitted_;
 };
 

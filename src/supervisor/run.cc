@@ -64,6 +64,8 @@ nlohmann::ordered_json violation_data(const Violation& v) {
 }
 
 int exit_code_for(const RunOutcome& o) {
+  // C9: soyaos itself received signal N (also when the agent had already ended by then).
+  if (o.stop_signal != 0) return 128 + o.stop_signal;
   switch (o.ending) {
     case Ending::exec_failed: return kExitNotExecutable;
     case Ending::timed_out: return kExitTimeout;
@@ -125,6 +127,8 @@ void emit_limits_exceeded(const comet::CgroupUsage& u, const comet::CgroupPlan& 
 }  // namespace
 
 RunReport run_pack(const RunRequest& request) {
+  // Before any thread of this run exists (C9): see block_stop_signals().
+  block_stop_signals();
   RunReport report;
   report.run_id = request.options.run_id.empty() ? scope::new_run_id() : request.options.run_id;
 
@@ -256,6 +260,18 @@ RunReport run_pack(const RunRequest& request) {
     }
   }
 
+  // Interrupted during setup: the agent is not started at all, the run is still recorded.
+  if (int sig = take_pending_stop_signal(); sig != 0) {
+    report.exit_code = 128 + sig;
+    report.outcome.ending = Ending::interrupted;
+    report.outcome.status = sig;
+    report.outcome.stop_signal = sig;
+    emit("run_finished", {{"exit_code", report.exit_code}, {"ending", ending_name(Ending::interrupted)},
+                          {"signal", sig}, {"violations", 0}, {"started", false}});
+    (void)sink.flush();
+    store_events();
+    return report;
+  }
   auto launched = comet::launch_comet(*policy, *program, egress->network_plan(), *cgroups);
   if (!launched) {
     report.error = launched.error().describe();
@@ -274,6 +290,8 @@ RunReport run_pack(const RunRequest& request) {
   }
   report.captured.enabled = request.capture_output;
   report.captured.tee = request.tee_output;
+  // `--events -`: stdout carries only the events; the agent's stdout goes to stderr.
+  report.captured.relay_stdout_fd = request.events_to_stdout ? STDERR_FILENO : STDOUT_FILENO;
   ViolationLog violation_log;
   auto on_violation = [&](const Violation& raw) {
     Violation v = ViolationLog::bounded(raw);
@@ -314,6 +332,10 @@ RunReport run_pack(const RunRequest& request) {
       report.error = "collect /workdir/out: " + collected.error().describe();
     }
   }
+  // A signal during the collection counts as one during the run (C9: 128+N).
+  if (int sig = take_pending_stop_signal(); sig != 0 && report.outcome.stop_signal == 0) {
+    report.outcome.stop_signal = sig;
+  }
   report.violation_count = violation_log.total();
   report.violation_aggregates = violation_log.aggregated();
   report.violations_dropped = violation_log.dropped();
@@ -325,9 +347,10 @@ RunReport run_pack(const RunRequest& request) {
   if (violation_log.dropped() > 0) dropped_events["capability_violation"] = violation_log.dropped();
   nlohmann::ordered_json dropped = nlohmann::ordered_json::object();
   for (const auto& [type, n] : dropped_events) dropped[type] = n;
-  emit("run_finished", {{"exit_code", report.exit_code},
+  nlohmann::ordered_json finished = {{"exit_code", report.exit_code},
                         {"ending", ending_name(report.outcome.ending)},
-                        {"agent_status", report.outcome.status},
+                        {"agent_status", report.outcome.agent_status},
+                        {"agent_signaled", report.outcome.agent_signaled},
                         {"duration_ms", static_cast<double>(report.outcome.duration_us) / 1000.0},
                         {"violations", report.violation_count},
                         {"violations_by_surface", counts},
@@ -342,7 +365,22 @@ RunReport run_pack(const RunRequest& request) {
                         {"outputs", {{"files", report.outputs.files}, {"bytes", report.outputs.bytes},
                                      {"skipped", report.outputs.skipped},
                                      {"skipped_count", report.outputs.skipped_count},
-                                     {"dir", valid_utf8(report.out_dir)}}}});
+                                     {"dir", valid_utf8(report.out_dir)}}}};
+  if (report.outcome.stop != Stop::none || report.outcome.stop_signal != 0) {
+    // How the run was stopped (C9): what the operator or the timeout asked, and whether
+    // the agent ended within its grace period.
+    nlohmann::ordered_json stop = {{"reason", report.outcome.ending == Ending::timed_out ? "timeout" : "signal"},
+                                   {"how", to_string(report.outcome.stop)},
+                                   {"grace_ms", report.outcome.grace_ms}};
+    if (report.outcome.stop_signal != 0) {
+      stop["signal"] = report.outcome.stop_signal;
+      stop["signal_name"] = sigabbrev_np(report.outcome.stop_signal) != nullptr
+                                ? std::string("SIG") + sigabbrev_np(report.outcome.stop_signal)
+                                : std::to_string(report.outcome.stop_signal);
+    }
+    finished["stop"] = std::move(stop);
+  }
+  emit("run_finished", std::move(finished));
   if (auto s = sink.flush(); !s && report.error.empty()) report.error = "events: " + s.error().describe();
   if (!report.error.empty() && report.exit_code == 0) report.exit_code = kExitSetup;
   store_events();

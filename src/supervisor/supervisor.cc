@@ -15,15 +15,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 
 #include "supervisor/runtime_files.h"
 
 namespace soyaos::supervisor {
 namespace {
 
-enum Tag : uint64_t { kPidfd = 1, kStdout, kStderr, kTimer, kControl, kSignal };
+enum Tag : uint64_t { kPidfd = 1, kStdout, kStderr, kTimer, kGrace, kControl, kSignal };
 
 Status add(int epfd, int fd, Tag tag) {
   struct epoll_event ev {};
@@ -98,13 +101,80 @@ void answer_notifications(const UniqueFd& listener, Observer& observer, AgentVie
   }
 }
 
-int pidfd_kill(int pidfd) {
+int pidfd_signal(int pidfd, int sig) {
   // SAFETY: pidfd_send_signal(2) has no glibc wrapper in Debian 12; signals through the
   // pidfd cannot hit a recycled pid.
-  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0));
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+int pidfd_kill(int pidfd) { return pidfd_signal(pidfd, SIGKILL); }
+
+sigset_t stop_signal_set() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  return mask;
+}
+
+// Whether the agent's SIGTERM disposition is the default one (neither caught nor ignored),
+// from /proc/PID/status. The agent is not reaped before its pidfd reports its exit, so
+// the pid cannot have been reused. Unreadable: false (it then gets SIGTERM and the grace).
+bool sigterm_is_default(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return false;
+  char line[256];
+  bool caught = true, ignored = true;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    const bool cgt = std::strncmp(line, "SigCgt:", 7) == 0, ign = std::strncmp(line, "SigIgn:", 7) == 0;
+    if (!cgt && !ign) continue;
+    const unsigned long long bits = std::strtoull(line + 7, nullptr, 16);
+    (cgt ? caught : ignored) = (bits & (1ULL << (SIGTERM - 1))) != 0;
+  }
+  (void)std::fclose(f);
+  return !caught && !ignored;
+}
+
+Status arm_timer(int fd, uint64_t ms) {
+  struct itimerspec its {};
+  its.it_value.tv_sec = static_cast<time_t>(ms / 1000);
+  its.it_value.tv_nsec = static_cast<long>((ms % 1000) * 1'000'000);
+  if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;  // 0 disarms
+  if (::timerfd_settime(fd, 0, &its, nullptr) != 0) return errno_error("timerfd_settime");
+  return {};
 }
 
 }  // namespace
+
+const char* to_string(Stop s) {
+  switch (s) {
+    case Stop::none: return "none";
+    case Stop::graceful: return "graceful";
+    case Stop::killed: return "killed";
+    case Stop::killed_at_once: return "killed_at_once";
+  }
+  return "?";
+}
+
+void block_stop_signals() {
+  sigset_t mask = stop_signal_set();
+  (void)::pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+}
+
+int take_pending_stop_signal() {
+  sigset_t mask = stop_signal_set();
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return 0;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    if (sigismember(&pending, sig) != 1) continue;
+    struct timespec zero {};
+    int got = ::sigtimedwait(&mask, nullptr, &zero);
+    return got > 0 ? got : sig;
+  }
+  return 0;
+}
 
 Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& policy,
                              const ViolationCallback& on_violation, OutputCapture* capture) {
@@ -116,17 +186,16 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
 
   UniqueFd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
   if (!timer) return errno_error("timerfd_create");
-  struct itimerspec its {};
-  its.it_value.tv_sec = static_cast<time_t>(policy.limits.timeout_ms / 1000);
-  its.it_value.tv_nsec = static_cast<long>((policy.limits.timeout_ms % 1000) * 1'000'000);
-  if (::timerfd_settime(timer.get(), 0, &its, nullptr) != 0) return errno_error("timerfd_settime");
+  if (auto s = arm_timer(timer.get(), policy.limits.timeout_ms); !s) return s.error();
+  UniqueFd grace(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!grace) return errno_error("timerfd_create");
+  outcome.grace_ms = policy.limits.grace_ms;
 
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  // Normally blocked long before (block_stop_signals() by the caller, before any thread
+  // exists); blocking again here keeps this thread right for callers that did not.
+  block_stop_signals();
+  sigset_t mask = stop_signal_set();
+  // A signal that arrived before the loop (during setup) is pending and read at once.
   UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!signals) return errno_error("signalfd");
 
@@ -135,7 +204,7 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
 
   for (auto [fd, tag] : {std::pair{comet.pidfd.get(), kPidfd},
                          {comet.stdout_read.get(), kStdout}, {comet.stderr_read.get(), kStderr},
-                         {timer.get(), kTimer}, {comet.control.get(), kControl},
+                         {timer.get(), kTimer}, {grace.get(), kGrace}, {comet.control.get(), kControl},
                          {signals.get(), kSignal}}) {
     if (auto s = add(epoll.get(), fd, tag); !s) return s.error();
   }
@@ -158,6 +227,29 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
   } join_guard{notifier, comet.pidfd.get()};
   bool agent_alive = true, stdout_open = true, stderr_open = true;
   bool killed_by_us = false;
+  // C9: a stop is SIGTERM, then SIGKILL when the grace timer fires; a second stop signal,
+  // a zero grace or a SIGTERM that would be dropped (see sigterm_is_default) kill at once.
+  auto stop = [&](Ending why, int signo) -> Status {
+    if (!agent_alive) return {};
+    if (killed_by_us) {
+      if (why == Ending::interrupted && outcome.stop != Stop::killed) {
+        (void)pidfd_kill(comet.pidfd.get());
+        outcome.stop = Stop::killed;
+      }
+      return {};
+    }
+    killed_by_us = true;
+    outcome.ending = why;
+    outcome.status = why == Ending::interrupted ? signo : 0;
+    if (policy.limits.grace_ms == 0 || sigterm_is_default(comet.pid)) {
+      (void)pidfd_kill(comet.pidfd.get());
+      outcome.stop = Stop::killed_at_once;
+      return {};
+    }
+    (void)pidfd_signal(comet.pidfd.get(), SIGTERM);
+    outcome.stop = Stop::graceful;  // until the grace timer says otherwise
+    return arm_timer(grace.get(), policy.limits.grace_ms);
+  };
   while (agent_alive || stdout_open || stderr_open) {
     struct epoll_event events[16];
     int n = ::epoll_wait(epoll.get(), events, 16, -1);
@@ -168,7 +260,7 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
     for (int i = 0; i < n; ++i) {
       switch (events[i].data.u64) {
         case kStdout:
-          if (!relay(comet.stdout_read.get(), STDOUT_FILENO, capturing ? &capture->out : nullptr,
+          if (!relay(comet.stdout_read.get(), capture != nullptr ? capture->relay_stdout_fd : STDOUT_FILENO, capturing ? &capture->out : nullptr,
                      capturing ? capture->cap_bytes : 0, capturing ? &capture->out_dropped : nullptr,
                      capturing && capture->tee)) {
             remove(epoll.get(), comet.stdout_read.get());
@@ -196,22 +288,22 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
           break;
         }
         case kTimer:
-          if (agent_alive) {
-            killed_by_us = true;
-            outcome.ending = Ending::timed_out;
-            (void)pidfd_kill(comet.pidfd.get());
-          }
           remove(epoll.get(), timer.get());
+          if (auto s = stop(Ending::timed_out, 0); !s) return s.error();
+          break;
+        case kGrace:
+          remove(epoll.get(), grace.get());
+          if (agent_alive) {
+            (void)pidfd_kill(comet.pidfd.get());
+            outcome.stop = Stop::killed;
+          }
           break;
         case kSignal: {
           struct signalfd_siginfo si {};
-          (void)::read(signals.get(), &si, sizeof si);
-          if (agent_alive) {
-            killed_by_us = true;
-            outcome.ending = Ending::interrupted;
-            outcome.status = static_cast<int>(si.ssi_signo);
-            (void)pidfd_kill(comet.pidfd.get());
-          }
+          if (::read(signals.get(), &si, sizeof si) != static_cast<ssize_t>(sizeof si)) break;
+          const int signo = static_cast<int>(si.ssi_signo);
+          if (outcome.stop_signal == 0) outcome.stop_signal = signo;
+          if (auto s = stop(Ending::interrupted, signo); !s) return s.error();
           break;
         }
         case kPidfd: {
@@ -222,6 +314,8 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
           }
           agent_alive = false;
           remove(epoll.get(), comet.pidfd.get());
+          outcome.agent_signaled = info.si_code != CLD_EXITED;
+          outcome.agent_status = info.si_status;
           if (!killed_by_us && outcome.ending != Ending::exec_failed) {
             if (info.si_code == CLD_EXITED) {
               outcome.ending = Ending::exited;
@@ -242,7 +336,8 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
   notifier.join();
   outcome.notifications = notifications.load();
   outcome.violations = violations.load();
-  sigprocmask(SIG_UNBLOCK, &mask, nullptr);
+  // The stop signals stay blocked: one arriving from now on (outputs, events) stays
+  // pending for the caller (take_pending_stop_signal), never kills soyaos half-way.
   outcome.duration_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                    std::chrono::steady_clock::now() - start)
                                                    .count());

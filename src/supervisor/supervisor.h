@@ -20,13 +20,31 @@ enum class Ending {
   signaled,     // killed by a signal (not ours)
   timed_out,    // we killed it at resources.timeout
   exec_failed,  // the runtime could not be executed
-  interrupted,  // the operator interrupted soyaos (SIGINT/SIGTERM)
+  interrupted,  // the operator interrupted soyaos (SIGINT/SIGTERM/SIGHUP)
 };
+
+// How the supervisor stopped the agent (timed_out, interrupted), C9: SIGTERM, then SIGKILL
+// after resources.grace.
+enum class Stop {
+  none,          // the agent ended by itself
+  graceful,      // it got SIGTERM and ended within the grace period
+  killed,        // SIGKILL after the grace period (or at a second signal)
+  killed_at_once,  // SIGKILL at once: grace 0, or SIGTERM at its default action (see below)
+};
+const char* to_string(Stop s);
 
 struct RunOutcome {
   Ending ending = Ending::exited;
-  int status = 0;          // exit status, or the signal number
+  int status = 0;          // exit status, or the signal number (interrupted: the one soyaos got)
   int exec_errno = 0;      // exec_failed
+  // The first SIGINT/SIGTERM/SIGHUP soyaos received while supervising (also after the agent
+  // had ended, while its output drained): the run then exits 128+N (C9). 0: none.
+  int stop_signal = 0;
+  Stop stop = Stop::none;
+  uint64_t grace_ms = 0;   // the grace period that applied
+  // What the agent itself did: its exit status, or the signal that ended it.
+  int agent_status = 0;
+  bool agent_signaled = false;
   uint64_t notifications = 0;
   uint64_t violations = 0;
   uint64_t duration_us = 0;
@@ -43,11 +61,28 @@ struct OutputCapture {
   // sees live; past the cap the bytes are still relayed, only counted as dropped).
   bool tee = false;
   size_t cap_bytes = 16u << 20;
+  // Where the agent's stdout is relayed: soyaos's stdout, or its stderr when stdout carries
+  // the Scope events (`--events -`, docs/cli.md), so that the two stay separable.
+  int relay_stdout_fd = 1;
   std::string out, err;
   uint64_t out_dropped = 0, err_dropped = 0;
 };
 
-// Runs the loop until the agent is gone and its output drained.
+// The signals that stop a run gracefully (C9). Blocks them in the calling thread, and so in
+// every thread it creates afterwards: call it before any thread exists (the egress and DNS
+// threads, the Moon client), so that only the supervisor's signalfd ever receives them and
+// no thread dies of one. They stay blocked: a signal that arrives outside supervise() stays
+// pending for take_pending_stop_signal(). Idempotent.
+void block_stop_signals();
+// Consumes a pending SIGINT/SIGTERM/SIGHUP (one that arrived while no agent was being
+// supervised) and returns its number, or 0.
+int take_pending_stop_signal();
+
+// Runs the loop until the agent is gone and its output drained. On the wall-clock timeout
+// or a stop signal the agent gets SIGTERM, then SIGKILL after policy.limits.grace_ms; an
+// agent whose SIGTERM disposition is the default is killed at once (it is PID 1 of its
+// PID namespace, where the kernel would otherwise drop a SIGTERM it does not handle, and
+// the default action is to end it). A second stop signal kills at once.
 Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& policy,
                              const ViolationCallback& on_violation, OutputCapture* capture = nullptr);
 

@@ -91,22 +91,25 @@ std::map<std::string, std::string> tree(const fs::path& root) {
   return t;
 }
 
-// stdout, stderr (a Python traceback), a non-zero status and an out tree, all at once.
+// stdout, stderr and an out tree, all at once (only runs that exit 0 are stored, C10).
 const std::vector<std::string> kRich = {"steps", "write:/workdir/out/a.txt", "mkdir:/workdir/out/sub",
-                                        "write:/workdir/out/sub/b.txt", "listdir:/workdir/out", "exit:not-a-number"};
+                                        "write:/workdir/out/sub/b.txt", "listdir:/workdir/out",
+                                        "stderr:a warning on stderr"};
 
 TEST_F(CacheTest, AHitReplaysStdoutStderrExitAndOutByteForByte) {
   auto cold = run("cold", kRich);
   ASSERT_FALSE(cold.replayed());
-  ASSERT_EQ(cold.out.exit_code, 1) << cold.out.err;
-  ASSERT_NE(cold.out.err.find("ValueError"), std::string::npos) << cold.out.err;
+  ASSERT_EQ(cold.out.exit_code, 0) << cold.out.err;
+  ASSERT_EQ(cold.out.err, "a warning on stderr\n");
   ASSERT_NE(cold.out.out.find("RESULT ok a.txt,sub"), std::string::npos) << cold.out.out;
 
   auto hit = run("hit", kRich);
   ASSERT_TRUE(hit.replayed()) << hit.out.err;
   EXPECT_EQ(hit.out.exit_code, cold.out.exit_code);
   EXPECT_EQ(hit.out.out, cold.out.out);
-  EXPECT_EQ(hit.out.err, cold.out.err);
+  // The agent's stderr byte for byte, then one line saying it is a replay (C10).
+  EXPECT_EQ(hit.out.err, cold.out.err + "replayed from cache: run " + cold.run_id() + ", " +
+                             hit.events[0]["data"]["stored_at"].get<std::string>() + "\n");
   EXPECT_EQ(tree(hit.out_dir), tree(cold.out_dir));
   EXPECT_EQ(tree(hit.out_dir).size(), 3u);
 
@@ -129,7 +132,7 @@ TEST_F(CacheTest, AHitReplaysStdoutStderrExitAndOutByteForByte) {
 
   // The default out dir (./soyaos-out/RUN_ID) is where a replay puts the tree, too.
   auto def = soyaos({"run", pack_.string(), "--", kRich[0], kRich[1], kRich[2], kRich[3], kRich[4], kRich[5]});
-  EXPECT_EQ(def.exit_code, 1);
+  EXPECT_EQ(def.exit_code, 0);
   EXPECT_EQ(def.out, cold.out.out);
   size_t default_dirs = 0;
   for (const auto& e : fs::directory_iterator(dir_.path() / "soyaos-out")) {
@@ -174,7 +177,7 @@ TEST_F(CacheTest, SideEffectAndUnrestrictedPacksAreNeverCached) {
 TEST_F(CacheTest, TheKeyChangesWithThePackTheInputAndTheArgs) {
   dir_.write("input.txt", "first input\n");
   const std::vector<std::string> with_input = {"--input", (dir_.path() / "input.txt").string()};
-  const std::vector<std::string> cat = {"read", "/workdir/inputs"};
+  const std::vector<std::string> cat = {"read", "/workdir/inputs/input.txt"};
   ASSERT_FALSE(run("a1", cat, with_input).replayed());
   ASSERT_TRUE(run("a2", cat, with_input).replayed());
   // Another input file content.
@@ -190,6 +193,42 @@ TEST_F(CacheTest, TheKeyChangesWithThePackTheInputAndTheArgs) {
   // No input at all is yet another key.
   EXPECT_FALSE(run("e1", cat).replayed());
   EXPECT_EQ(entries(), 5u);
+}
+
+TEST_F(CacheTest, TheKeyCoversEveryInputAndItsName) {
+  dir_.write("a.txt", "same bytes\n");
+  dir_.write("b.txt", "other bytes\n");
+  const std::string a = (dir_.path() / "a.txt").string(), b = (dir_.path() / "b.txt").string();
+  const std::vector<std::string> ls = {"listdir", "/workdir/inputs"};
+  ASSERT_FALSE(run("1", ls, {"--input", "x=" + a, "--input", "y=" + b}).replayed());
+  EXPECT_TRUE(run("2", ls, {"--input", "x=" + a, "--input", "y=" + b}).replayed());
+  // The same files under other names, or swapped, or one left out: other keys.
+  EXPECT_FALSE(run("3", ls, {"--input", "z=" + a, "--input", "y=" + b}).replayed());
+  EXPECT_FALSE(run("4", ls, {"--input", "x=" + b, "--input", "y=" + a}).replayed());
+  EXPECT_FALSE(run("5", ls, {"--input", "x=" + a}).replayed());
+  // The second input's content.
+  dir_.write("b.txt", "changed\n");
+  EXPECT_FALSE(run("6", ls, {"--input", "x=" + a, "--input", "y=" + b}).replayed());
+  EXPECT_EQ(entries(), 5u);
+}
+
+TEST_F(CacheTest, OnlyRunsThatExitZeroAreStored) {
+  // A failure may be transient (the API was down): it must not be replayed later.
+  for (const char* code : {"1", "2", "7"}) {
+    auto first = run(std::string("fail-") + code, {"exit", code});
+    auto second = run(std::string("again-") + code, {"exit", code});
+    EXPECT_EQ(first.out.exit_code, std::stoi(code));
+    EXPECT_FALSE(second.replayed()) << code;
+    EXPECT_EQ(second.out.exit_code, std::stoi(code));
+    EXPECT_EQ(second.out.err.find("replayed from cache"), std::string::npos);
+  }
+  EXPECT_EQ(entries(), 0u);
+  auto ok = run("ok", {"exit", "0"});
+  EXPECT_EQ(ok.out.err, "");
+  auto hit = run("ok-again", {"exit", "0"});
+  EXPECT_TRUE(hit.replayed());
+  EXPECT_EQ(hit.out.err.rfind("replayed from cache: run " + ok.run_id() + ", ", 0), 0u) << hit.out.err;
+  EXPECT_EQ(entries(), 1u);
 }
 
 TEST_F(CacheTest, ARunWithAViolationIsNeverCached) {

@@ -181,14 +181,164 @@ bool rootless_mode() {
   return v != nullptr && std::string(v) == "1";
 }
 
-RunOutput run_soyaos(const std::vector<std::string>& args,
-                     const std::map<std::string, std::string>& env,
-                     const std::filesystem::path& cwd) {
+namespace {
+
+// The environment and argv of a soyaos command (run_soyaos and Background).
+struct Command {
+  std::vector<std::string> env_strings;
+  std::vector<std::string> argv_strings;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Command make_command(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                     bool via_terminal);
+
+// Forks and execs `cmd` with stdout/stderr to new pipes (read ends returned) and stdin from
+// `stdin_fd` (or /dev/null when -1).
+pid_t spawn(Command& cmd, const std::filesystem::path& cwd, int stdin_fd, int& out_fd, int& err_fd) {
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
     throw std::runtime_error("pipe2 failed");
   }
-  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  for (auto& s : cmd.env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (auto& s : cmd.argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    int in = stdin_fd >= 0 ? stdin_fd : ::open("/dev/null", O_RDONLY);
+    ::dup2(in, STDIN_FILENO);
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    // A test runner that ignores SIGPIPE or blocks signals must not pass that on.
+    ::signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  out_fd = out_pipe[0];
+  err_fd = err_pipe[0];
+  return pid;
+}
+
+}  // namespace
+
+RunOutput run_soyaos(const std::vector<std::string>& args,
+                     const std::map<std::string, std::string>& env,
+                     const std::filesystem::path& cwd) {
+  Command cmd = make_command(args, env, false);
+  int out_fd = -1, err_fd = -1;
+  pid_t pid = spawn(cmd, cwd, -1, out_fd, err_fd);
+  RunOutput result;
+  drain(out_fd, err_fd, result.out, result.err);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+Background::Background(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                       const std::filesystem::path& cwd, bool via_terminal) {
+  Command cmd = make_command(args, env, via_terminal);
+  int in_pipe[2] = {-1, -1};
+  if (via_terminal && ::pipe2(in_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  pid_ = spawn(cmd, cwd, in_pipe[0], out_fd_, err_fd_);
+  if (via_terminal) {
+    ::close(in_pipe[0]);
+    in_fd_ = in_pipe[1];
+  }
+}
+
+Background::~Background() {
+  if (pid_ > 0) (void)finish(1000);
+  for (int fd : {out_fd_, err_fd_, in_fd_}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void Background::pump(int timeout_ms) {
+  pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+  if (::poll(fds, 2, timeout_ms) <= 0) return;
+  char buf[65536];
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+    ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+    if (n > 0) {
+      (i == 0 ? result_.out : result_.err).append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      ::close(fds[i].fd);
+      (i == 0 ? out_fd_ : err_fd_) = -1;
+    }
+  }
+}
+
+bool Background::wait_for(const std::string& text, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (result_.out.find(text) == std::string::npos && result_.err.find(text) == std::string::npos) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || (out_fd_ < 0 && err_fd_ < 0)) return false;
+    pump(static_cast<int>(std::min<long long>(left.count(), 100)));
+  }
+  return true;
+}
+
+void Background::close_stdout() {
+  if (out_fd_ >= 0) ::close(out_fd_);
+  out_fd_ = -1;
+}
+
+void Background::signal(int sig) const {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+void Background::write_stdin(const std::string& data) const {
+  if (in_fd_ >= 0) (void)!::write(in_fd_, data.data(), data.size());
+}
+
+RunOutput Background::finish(int timeout_ms) {
+  if (pid_ <= 0) return result_;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      break;
+    }
+    if (out_fd_ >= 0 || err_fd_ >= 0) {
+      pump(20);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  pid_ = -1;
+  while (out_fd_ >= 0 || err_fd_ >= 0) pump(1000);
+  result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result_;
+}
+
+namespace {
+
+Command make_command(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                     bool via_terminal) {
+  Command cmd;
+  std::vector<std::string>& env_strings = cmd.env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry = *e;
     auto eq = entry.find('=');
@@ -214,42 +364,26 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
     std::erase_if(env_strings, [](const std::string& e) { return e.rfind("SOYAOS_MOON_SOCKET=", 0) == 0; });
     if (!sock.empty()) env_strings.push_back("SOYAOS_MOON_SOCKET=" + sock);
   }
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_strings;
+  std::vector<std::string>& argv_strings = cmd.argv_strings;
   if (rootless_mode()) {
-    argv_strings = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                    rootless_binary()};
+    argv_strings = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+  }
+  const std::string bin = rootless_mode() ? rootless_binary() : std::string(SOYAOS_BIN);
+  if (via_terminal) {
+    // script(1): a new session on a pseudo-terminal; its stdin is typed on that terminal,
+    // so "\x03" there is a real Ctrl-C (the line discipline sends SIGINT to the
+    // foreground process group). -e: script exits with the command's status.
+    std::string line = "exec " + shell_quote(bin);
+    for (const auto& a : args) line += " " + shell_quote(a);
+    argv_strings.insert(argv_strings.end(), {"/usr/bin/script", "-qefc", line, "/dev/null"});
   } else {
-    argv_strings = {SOYAOS_BIN};
+    argv_strings.push_back(bin);
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   }
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, STDIN_FILENO);
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  RunOutput result;
-  drain(out_pipe[0], err_pipe[0], result.out, result.err);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+  return cmd;
 }
+
+}  // namespace
 
 std::filesystem::path source_path(const std::string& relative) {
   return std::filesystem::path(SOYAOS_SOURCE_DIR) / relative;

@@ -20,6 +20,33 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
                      const std::map<std::string, std::string>& env = {},
                      const std::filesystem::path& cwd = {});
 
+// A soyaos started in the background (the stop-signal tests, C9), with the environment
+// run_soyaos() gives. With `via_terminal` it runs under script(1) on a pseudo-terminal of
+// its own, and write_stdin() types on that terminal (e.g. "\x03", Ctrl-C).
+class Background {
+ public:
+  Background(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
+             const std::filesystem::path& cwd = {}, bool via_terminal = false);
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  // Reads output until stdout or stderr contains `text`; false after `timeout_ms`.
+  bool wait_for(const std::string& text, int timeout_ms = 30000);
+  // Closes the test's end of soyaos's stdout: its next write gets EPIPE (`| head`).
+  void close_stdout();
+  void signal(int sig) const;
+  void write_stdin(const std::string& data) const;
+  // Waits for the exit (at most `timeout_ms`, then SIGKILL) and returns what it printed.
+  RunOutput finish(int timeout_ms = 60000);
+  [[nodiscard]] const RunOutput& so_far() const { return result_; }
+
+ private:
+  void pump(int timeout_ms);
+  int pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1, in_fd_ = -1;
+  RunOutput result_;
+};
+
 // True when the suite runs soyaos as an unprivileged user (SOYAOS_TEST_ROOTLESS=1, set by
 // ctest for the `rootless.` copies of the tests): run_soyaos then drops to nobody with
 // setpriv, using a world-readable copy of the binary.

@@ -24,6 +24,9 @@ elif mode == "escape":
         open("/workdir/x", "w").write("x")
     except OSError as e:
         print("write failed: %s" % e, file=sys.stderr)
+elif mode == "inputs":
+    print("inputs: " + ",".join(sorted(os.listdir("/workdir/inputs"))))
+    print("read: " + open(sys.argv[2]).read().strip())
 elif mode == "exit":
     print("exiting with " + sys.argv[2], file=sys.stderr)
     sys.exit(int(sys.argv[2]))
@@ -186,6 +189,35 @@ else:
   auto ok = soyaos({"pack", "test", (dir_.path() / "pt-net").string(), "--strict"});
   EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
   EXPECT_EQ(echo.accepted(), 1);
+}
+
+TEST_F(PackTestTest, AnExampleFileInputKeepsItsNameAndADirectoryIsTheInputs) {
+  // SPEC M1 example block: a file input appears as /workdir/inputs/<its name> (T6).
+  auto pack = write_pack("pt-inputs", "", "",
+                         "  - name: file\n    input: examples/basic.json\n"
+                         "    args: [inputs, /workdir/inputs/basic.json]\n"
+                         "    expect: {stdout_contains: \"inputs: basic.json\\nread: {\\\"n\\\": 1}\"}\n"
+                         "  - name: dir\n    input: examples/tree\n"
+                         "    args: [inputs, /workdir/inputs/one.txt]\n"
+                         "    expect: {stdout_contains: \"inputs: one.txt\\nread: one\"}\n");
+  dir_.write("pt-inputs/examples/basic.json", "{\"n\": 1}\n");
+  dir_.write("pt-inputs/examples/tree/one.txt", "one\n");
+  auto r = soyaos({"pack", "test", pack});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS  file  ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PASS  dir  ("), std::string::npos) << r.out;
+  // The pack declares /workdir/inputs/basic.json under fs.read: exercised by the file example.
+  auto strict_pack = write_pack("pt-inputs-strict", "", "",
+                                "  - name: file\n    input: examples/basic.json\n"
+                                "    args: [inputs, /workdir/inputs/basic.json]\n");
+  dir_.write("pt-inputs-strict/examples/basic.json", "{\"n\": 1}\n");
+  std::string m = read_file(dir_.path() / "pt-inputs-strict" / "soyapack.yaml");
+  m.replace(m.find("read: [/workdir]"), 16, "read: [/workdir, /workdir/inputs/basic.json]");
+  dir_.write("pt-inputs-strict/soyapack.yaml", m);
+  auto strict = soyaos({"pack", "test", "--strict", strict_pack});
+  EXPECT_NE(strict.out.find("PASS  file"), std::string::npos) << strict.out << strict.err;
+  EXPECT_EQ(strict.out.find("/workdir/inputs/basic.json"), std::string::npos) << strict.out;
+  EXPECT_NE(strict.out.find("capabilities.fs.write[0] /workdir/out"), std::string::npos) << strict.out;
 }
 
 TEST_F(PackTestTest, NoExamplesAndUsageErrors) {

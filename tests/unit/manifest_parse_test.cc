@@ -535,6 +535,21 @@ TEST(ManifestResources, Values) {
   EXPECT_TRUE(HasError(parse(kValid + "resources: 1Gi\n"), "resources", 20, 12, "mapping"));
 }
 
+TEST(ManifestResources, Grace) {
+  EXPECT_EQ(parse(kValid).manifest->resources.grace_ms, 5'000u);  // C9 default
+  auto r = parse(kValid + "resources:\n  grace: 1500ms\n");
+  ASSERT_TRUE(IsValid(r));
+  EXPECT_EQ(r.manifest->resources.grace_ms, 1500u);
+  auto zero = parse(kValid + "resources:\n  grace: 0s\n");
+  ASSERT_TRUE(IsValid(zero));
+  EXPECT_EQ(zero.manifest->resources.grace_ms, 0u);
+  EXPECT_EQ(parse(kValid + "resources:\n  grace: 1h\n").manifest->resources.grace_ms, 3'600'000u);
+  EXPECT_TRUE(HasError(parse(kValid + "resources:\n  grace: 5\n"), "resources.grace", 21, 10, "duration"));
+  EXPECT_TRUE(HasError(parse(kValid + "resources:\n  grace: -1s\n"), "resources.grace", 21, 10, "duration"));
+  EXPECT_TRUE(HasError(parse(kValid + "resources:\n  grace: 2h\n"), "resources.grace", 21, 10, "at most 1h"));
+  EXPECT_TRUE(HasError(parse(kValid + "resources:\n  grace: [5s]\n"), "resources.grace", 21, 10));
+}
+
 // ---- examples -----------------------------------------------------------------------
 
 TEST(ManifestExamples, Fields) {
