@@ -1,7 +1,7 @@
 // libFuzzer target for the egress gateway's HTTP request head parser (STYLE.md: fuzz
 // every parser). parse_http_head promises: never crash, look at no more than 16 KiB.
 // Invariants checked (violations trap): a complete head is no longer than the input or
-// 16 KiB, ends with CRLF CRLF, has a host and at most 100 fields, parses the same on
+// 16 KiB, ends with CRLF CRLF, has a Host field (unless its target names the host) and at most 100 fields, parses the same on
 // exactly its own bytes, and its strict prefixes are need_more; need_more asks for more
 // than was given; invalid says why.
 #include <cstddef>
@@ -22,7 +22,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           data[h.head_size - 1] != '\n') {
         __builtin_trap();
       }
-      if (h.host.empty() || h.fields.empty() || h.fields.size() > kHttpMaxFields) __builtin_trap();
+      // A Host field is required except for authority- and absolute-form targets, which
+      // name their host themselves (C7: `CONNECT host:port HTTP/1.0` without Host).
+      if (h.has_host == h.host.empty() || h.fields.size() > kHttpMaxFields) __builtin_trap();
+      if (h.has_host && h.fields.empty()) __builtin_trap();
+      if (!h.has_host && h.target_form != TargetForm::authority && h.target_form != TargetForm::absolute) {
+        __builtin_trap();
+      }
       if (h.method.empty() || h.target.empty()) __builtin_trap();
       if (h.minor_version != 0 && h.minor_version != 1) __builtin_trap();
       if (h.port && *h.port == 0) __builtin_trap();

@@ -544,12 +544,15 @@ TEST_F(EgressTest, UnusualSocketsAreRefused) {
   set_moon({{"echo.test", "127.0.0.1"}});
   set_egress({{"echo.test", echo.port(), "tcp"}});
   const std::string s = std::to_string(sentinel.port());
-  auto run = probe({"netsteps", "raw_socket", "packet_socket", "netlink_socket", "vsock", "af_alg", "nft_flush",
-                    "icmp_ping " + leak_ip_, "tcp_echo " + leak_ip_ + " " + s + " after"});
-  ASSERT_EQ(run.results.size(), 8u) << run.context();
+  // netlink protocol 4 is NETLINK_SOCK_DIAG; NETLINK_ROUTE (0) is allowed read-only and
+  // tested in tests/escape (NetlinkRouteListsTheSandboxAndChangesNothing).
+  auto run = probe({"netsteps", "raw_socket", "packet_socket", "netlink_socket 4", "vsock", "af_alg", "nft_flush",
+                    "icmp_ping " + leak_ip_, "tcp_echo " + leak_ip_ + " " + s + " after", "netlink_socket 0"});
+  ASSERT_EQ(run.results.size(), 9u) << run.context();
   // As tests/escape: SOCK_RAW in AF_INET is EPERM, other families EAFNOSUPPORT (seccomp).
   EXPECT_EQ(run.results[0], "errno=EPERM") << run.context();
   for (int i = 1; i <= 5; ++i) EXPECT_EQ(run.results[i], "errno=EAFNOSUPPORT") << i << "\n" << run.context();
+  EXPECT_EQ(run.results[8], "ok created") << run.context();
   // A ping socket: not permitted by the netns's ping_group_range (EACCES), or the echo
   // request is rejected on output (EPERM).
   EXPECT_TRUE(run.results[6] == "errno=EACCES" || run.results[6] == "errno=EPERM") << run.context();

@@ -40,8 +40,8 @@ class RunMoonTest : public ::testing::Test {
     return out;
   }
   static std::string run_id_of(const RunOutput& r) {
-    auto pos = r.err.find("run ");
-    return pos == std::string::npos ? "" : r.err.substr(pos + 4, 26);
+    auto pos = r.err.find("soyaos: run ");
+    return pos == std::string::npos ? "" : r.err.substr(pos + 12, 26);
   }
   TempDir dir_;
   std::filesystem::path pack_;

@@ -148,7 +148,16 @@ TEST(ResultCache, StoresAndReplaysBytesTreeAndModes) {
   ASSERT_EQ(::chmod((out / "sub").c_str(), 0750), 0);
 
   const std::string key = cache_key(base_parts());
-  auto req = request(key, std::string("line\n\0binary\xff", 13), "warning\n", 4);
+  // C10: only runs that exit 0 are stored; a failure is refused and leaves nothing behind.
+  auto failed = request(key, "x", "", 4);
+  auto refused = cache->store(failed);
+  ASSERT_TRUE(refused.ok()) << refused.error().describe();
+  EXPECT_FALSE(*refused);
+  auto none = cache->lookup(key);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+
+  auto req = request(key, std::string("line\n\0binary\xff", 13), "warning\n", 0);
   req.out_dir = out;
   auto stored = cache->store(req);
   ASSERT_TRUE(stored.ok()) << stored.error().describe();
@@ -166,7 +175,7 @@ TEST(ResultCache, StoresAndReplaysBytesTreeAndModes) {
   const CacheHit& h = **hit;
   EXPECT_EQ(h.out, req.out);
   EXPECT_EQ(h.err, "warning\n");
-  EXPECT_EQ(h.exit_code, 4);
+  EXPECT_EQ(h.exit_code, 0);
   EXPECT_EQ(h.run_id, req.run_id);
   EXPECT_TRUE(h.provable);
   EXPECT_FALSE(h.stored_at.empty());
