@@ -216,12 +216,13 @@ TEST_F(EscapeReportTest, ViolationFloodIsBoundedAggregatedAndCounted) {
   EXPECT_LT(run.output.err.size(), 96u << 10) << "stderr grew to " << run.output.err.size() << " bytes";
   // The supervisor's memory stays bounded (measured: VmHWM of soyaos).
   EXPECT_GT(hwm, 0) << "the supervisor process was never sampled";
-#if defined(__SANITIZE_ADDRESS__)
-  constexpr long kBoundKib = 192 * 1024;
-#else
+  // The bound is asserted in the normal build (scripts/test.sh, CI's last step). Under
+  // AddressSanitizer the allocator's quarantine and shadow memory make the peak a measure of
+  // ASan (measured 554 MiB for the same flood that peaks at 24 MiB without it), not of soyaos.
+#if !defined(__SANITIZE_ADDRESS__)
   constexpr long kBoundKib = 64 * 1024;
-#endif
   EXPECT_LT(hwm, kBoundKib) << "soyaos peaked at " << hwm << " KiB during a violation flood";
+#endif
   RecordProperty("violations_tried", std::to_string(tried));
   RecordProperty("soyaos_vmhwm_kib", std::to_string(hwm));
   RecordProperty("stderr_bytes", std::to_string(run.output.err.size()));

@@ -67,9 +67,10 @@ TEST_F(EscapeTest, OutputFloodFinishesWithBoundedSupervisorMemory) {
   // The supervisor relays 72 MiB; it must not have buffered it.
   EXPECT_GT(hwm, 0) << "the supervisor process was never sampled";
   // Under AddressSanitizer the allocator's quarantine and shadow memory alone exceed the
-  // bound; buffering 72 MiB would still show as more than 72 MiB above it.
+  // bound (measured up to 172 MiB); buffering 72 MiB would still show as more than 72 MiB
+  // above the 40 MiB the normal build is held to.
 #if defined(__SANITIZE_ADDRESS__)
-  constexpr long kBoundKib = 160 * 1024;
+  constexpr long kBoundKib = 224 * 1024;
 #else
   constexpr long kBoundKib = 40 * 1024;
 #endif
