@@ -108,8 +108,11 @@ std::vector<Row> agent_table(bool observe_paths) {
   for (const char* n : {"clock_settime", "settimeofday", "adjtimex", "clock_adjtime"}) notify(n, kClock);
 
   // --- Special errno ----------------------------------------------------------------------
-  t.push_back({"clone3", kEnosys, {},
-               "flags live in user memory seccomp cannot read: ENOSYS makes glibc fall back to clone"});
+  // clone3's flags live in user memory, which BPF cannot read: the supervisor reads them to
+  // report a process (C3: EPERM + violation) and answers ENOSYS for a thread, so that glibc
+  // falls back to clone(2), whose flags the rows below inspect. It never lets clone3 run, so
+  // what a racing thread writes there changes at most the report, never the outcome.
+  notify("clone3", "C3: a process is a violation (EPERM); a thread gets ENOSYS and glibc falls back to clone");
   // Families are int: compared on the low 32 bits like the kernel reads them. The ALLOW rows
   // below take AF_UNIX/AF_INET/AF_INET6; every other family fails like an absent one.
   rows_unless_low32(t, "socket", kEafnosupport, 0, {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK},
@@ -197,24 +200,25 @@ std::vector<Row> agent_table(bool observe_paths) {
   const char* kLookup = "metadata lookup; what is visible is decided by the mount namespace";
   for (const char* n : {"stat", "lstat", "newfstatat", "statx", "statfs", "access", "faccessat",
                         "faccessat2", "readlink", "readlinkat", "getcwd", "chdir", "getxattr",
-                        "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr"}) {
+                        "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+                        "getxattrat", "listxattrat", "file_getattr"}) {
     allow(n, kLookup);
   }
   // Metadata writes by path: observed like the other path writes, so that one outside
   // fs.write fails with EACCES and is reported (a read-only mount alone would say EROFS).
   const char* kMeta = "C2: metadata write by path, observed (EACCES outside fs.write; mounts+Landlock enforce)";
-  for (const char* n : {"utime", "utimes", "futimesat", "utimensat"}) {
+  for (const char* n : {"utime", "utimes", "futimesat", "utimensat", "file_setattr"}) {
     notify(n, kMeta);
   }
-  // A setuid/setgid bit on a file in /workdir/out would outlive the sandbox on the host:
-  // mode changes are allowed only without those bits (EPERM otherwise). A freshly created
-  // file's set-id bits are cleared by the kernel on the first write (no CAP_FSETID).
-  const char* kChmod = "mode change without S_ISUID/S_ISGID (C5: no set-id files for the host)";
-  // By path (chmod, fchmodat) and by fd (fchmod) the change is also observed, like the
-  // other writes: outside fs.write it is EACCES and reported (a read-only mount says EROFS).
-  t.push_back({"chmod", kNotify, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
-  t.push_back({"fchmod", kNotify, {{1, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
-  t.push_back({"fchmodat", kNotify, {{2, SCMP_CMP_MASKED_EQ, S_ISUID | S_ISGID, 0}}, kChmod});
+  // Mode changes, by path (chmod, fchmodat, fchmodat2) and through an fd (fchmod), are
+  // observed like the other writes: outside fs.write EACCES and reported (a read-only mount
+  // alone would say EROFS). A set-id bit is refused everywhere (EPERM) and reported: a
+  // setuid/setgid file in /workdir/out would outlive the sandbox on the host. The observer
+  // decides that on the mode register the kernel itself uses (no agent memory), so a racing
+  // thread cannot change it; a freshly created file's set-id bits are cleared by the kernel
+  // on the first write (no CAP_FSETID) and by collection.
+  const char* kChmod = "C2/C5: mode change, observed (EACCES outside fs.write; set-id EPERM; both reported)";
+  for (const char* n : {"chmod", "fchmod", "fchmodat", "fchmodat2"}) notify(n, kChmod);
   allow("umask", "process file-mode mask");
   // Writes through an fd the agent holds: observed so that one on a file outside fs.write
   // (an fd opened for reading) is EACCES and reported instead of EINVAL/EROFS unseen.
@@ -224,7 +228,7 @@ std::vector<Row> agent_table(bool observe_paths) {
   // EPERM where the file is writable and EACCES, reported, outside fs.write (C2).
   const char* kOwner = "ownership/xattr change: EPERM (no capability); outside fs.write EACCES, reported";
   for (const char* n : {"chown", "fchown", "lchown", "fchownat", "setxattr", "lsetxattr", "fsetxattr",
-                        "removexattr", "lremovexattr", "fremovexattr"}) {
+                        "removexattr", "lremovexattr", "fremovexattr", "setxattrat", "removexattrat"}) {
     notify(n, kOwner);
   }
   // --- ALLOW: polling ---------------------------------------------------------------------
@@ -325,6 +329,15 @@ std::vector<Row> agent_table(bool observe_paths) {
                         "quotactl", "quotactl_fd", "vhangup", "iopl", "ioperm", "nfsservctl"}) {
     deny(n, kHost);
   }
+  // Newer than the table (Linux 5.10+), refused by the default; none is a manifest surface.
+  for (const char* n : {"open_tree_attr", "statmount", "listmount"}) {
+    deny(n, "C5: the mount API; statmount/listmount would name the host paths of mount sources");
+  }
+  for (const char* n : {"process_madvise", "process_mrelease", "memfd_secret", "map_shadow_stack", "mseal",
+                        "set_mempolicy_home_node", "cachestat", "futex_wake", "futex_wait", "futex_requeue",
+                        "lsm_get_self_attr", "lsm_set_self_attr", "lsm_list_modules"}) {
+    deny(n, "C5: kernel surface no runtime here uses (glibc 2.36 calls none of them)");
+  }
   deny("sethostname", "the UTS namespace is the supervisor's to name; no runtime needs it");
   deny("setdomainname", "see sethostname");
   const char* kCred = "credentials: the agent runs as one mapped user with no capabilities";
@@ -334,6 +347,36 @@ std::vector<Row> agent_table(bool observe_paths) {
   }
   return t;
 }
+
+// x86_64 numbers of syscalls libseccomp 2.5.4 does not name (arch/x86/entry/syscalls/syscall_64.tbl).
+struct NewerSyscall {
+  const char* name;
+  int nr;
+};
+constexpr NewerSyscall kNewerSyscalls[] = {
+    {"statmount", 457},     {"listmount", 458},     {"lsm_get_self_attr", 459}, {"lsm_set_self_attr", 460},
+    {"lsm_list_modules", 461}, {"mseal", 462},      {"setxattrat", 463},        {"getxattrat", 464},
+    {"listxattrat", 465},   {"removexattrat", 466}, {"open_tree_attr", 467},    {"file_getattr", 468},
+    {"file_setattr", 469},
+};
+
+}  // namespace
+
+int newer_syscall_nr(const char* name) {
+  for (const auto& s : kNewerSyscalls) {
+    if (std::strcmp(s.name, name) == 0) return s.nr;
+  }
+  return 0;
+}
+
+const char* newer_syscall_name(int nr) {
+  for (const auto& s : kNewerSyscalls) {
+    if (s.nr == nr) return s.name;
+  }
+  return nullptr;
+}
+
+namespace {
 
 struct CtxDeleter {
   void operator()(void* ctx) const { seccomp_release(ctx); }
@@ -361,6 +404,7 @@ Result<Ctx> build_context(bool observe_paths = true) {
   for (const Row& row : agent_table(observe_paths)) {
     if (row.action == kDefault && row.args.empty()) continue;  // documentation row
     int nr = seccomp_syscall_resolve_name(row.syscall);
+    if (nr == __NR_SCMP_ERROR && newer_syscall_nr(row.syscall) != 0) nr = newer_syscall_nr(row.syscall);
     if (nr == __NR_SCMP_ERROR) return make_error(std::string("seccomp: unknown syscall ") + row.syscall);
     int rc = seccomp_rule_add_array(ctx.get(), row.action, nr, static_cast<unsigned>(row.args.size()),
                                     row.args.empty() ? nullptr : row.args.data());

@@ -6,7 +6,8 @@
 //   - NOTIFY (the supervisor observes and answers): execve, execveat, fork, vfork,
 //     clone without CLONE_THREAD, the path syscalls (open*, creat, mkdir*, unlink*, rmdir,
 //     rename*, link*, symlink*, truncate, mknod*) and the clock setters;
-//   - clone3: ERRNO(ENOSYS) so glibc falls back to clone(2), whose flags we can inspect;
+//   - clone3: NOTIFY; the supervisor answers ENOSYS for a thread (glibc falls back to
+//     clone(2), whose flags the filter inspects) and EPERM + a violation for a process;
 //   - foreign ABIs (i386 via int 0x80, x32): ERRNO(ENOSYS).
 #pragma once
 
@@ -19,6 +20,11 @@
 #include "common/unique_fd.h"
 
 namespace soyaos::comet {
+
+// Syscalls newer than libseccomp 2.5.4's tables (Debian 12): their x86_64 numbers, so the
+// table can name them and the observer can report them by name. 0 / nullptr when unknown.
+int newer_syscall_nr(const char* name);
+const char* newer_syscall_name(int nr);
 
 // A compiled classic-BPF seccomp program (native x86_64 only).
 struct SeccompProgram {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sched.h>
 #include <seccomp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -21,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comet/seccomp_filter.h"
 #include "manifest/manifest.h"
 #include "policy/runtime_layer.h"
 
@@ -31,6 +34,15 @@ using comet::Notification;
 using manifest::path_covers;
 
 constexpr int kMaxLinkHops = 40;  // as the kernel's MAXSYMLINKS
+
+// x86_64 numbers the Debian 12 headers (linux-libc-dev 6.1) do not define.
+constexpr long kNrFchmodat2 = 452;    // (dirfd, path, mode, flags), Linux 6.6
+constexpr long kNrSetxattrat = 463;   // (dirfd, path, at_flags, name, args, size), Linux 6.13
+constexpr long kNrRemovexattrat = 466;  // (dirfd, path, at_flags, name), Linux 6.13
+constexpr long kNrFileSetattr = 469;  // (dirfd, path, fsxattr, size, at_flags), Linux 6.17
+#ifndef AT_EMPTY_PATH
+#define AT_EMPTY_PATH 0x1000
+#endif
 
 // Objects outside the filesystem (pipe:[…], socket:[…], anon_inode:…) reached through
 // /proc/self/fd: the agent already holds them, reopening them is not a path access.
@@ -118,7 +130,9 @@ const char* syscall_name(int nr) {
   auto it = cache.find(nr);
   if (it == cache.end()) {
     char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
-    it = cache.emplace(nr, name != nullptr ? name : "syscall_" + std::to_string(nr)).first;
+    const char* newer = comet::newer_syscall_name(nr);
+    it = cache.emplace(nr, name != nullptr ? std::string(name)
+                           : newer != nullptr ? std::string(newer) : "syscall_" + std::to_string(nr)).first;
     std::free(name);  // NOLINT(cppcoreguidelines-no-malloc): libseccomp allocates with malloc
   }
   return it->second.c_str();
@@ -502,6 +516,52 @@ Decision Observer::on_time(const Notification& n, AgentView& view) {
   return d;
 }
 
+Decision Observer::mode_change(const Notification& n, AgentView& view, Decision d, uint64_t mode, int fd) {
+  // The kernel reads the mode as umode_t from the register: these are the bits it applies.
+  if (d.deny || (mode & (S_ISUID | S_ISGID)) == 0) return d;
+  // Refused wherever the file is (a pipe, a memfd or a file in fs.write alike): C5 allows no
+  // set-id file, and the manifest cannot grant one. EPERM, as a process without CAP_FSETID
+  // would get for a file it does not own.
+  Decision out{true, EPERM, Violation{}};
+  auto& v = *out.violation;
+  v.surface = "fs";
+  v.resource = last_resolved_;
+  if (v.resource.empty() && fd >= 0) {
+    auto link = view.proc_link(n, "fd/" + std::to_string(fd));
+    if (link) v.resource = *link;  // pipe:[N], /memfd:NAME (deleted)
+  }
+  if (v.resource.empty()) v.resource = "<unresolved>";
+  v.syscall = syscall_name(n.nr);
+  v.errno_name = errno_name(EPERM);
+  v.manifest_entry = "no match";
+  for (const auto& e : policy_.fs.declared_write) {
+    if (path_covers(e.path, v.resource)) v.manifest_entry = e.key_path;  // allowed there, but not set-id
+  }
+  v.access = "write";
+  v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
+  char octal[16];
+  (void)std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode & 07777));
+  v.detail = std::string("set-id mode ") + octal + " refused: no set-uid or set-gid file may be made in a Comet";
+  return out;
+}
+
+Decision Observer::on_clone3(const Notification& n, AgentView& view) {
+  // clone3(struct clone_args*, size): the flags are the struct's first u64. The answer is
+  // never CONTINUE, so a thread racing on that memory can change the report, not the outcome.
+  uint64_t flags = 0;
+  const bool read = n.args[1] >= sizeof flags && view.read_bytes(n, n.args[0], &flags, sizeof flags);
+  if (!read || (flags & CLONE_THREAD) != 0) return Decision{true, ENOSYS, std::nullopt};  // glibc: clone(2)
+  Decision d{true, EPERM, Violation{}};
+  auto& v = *d.violation;
+  v.surface = "exec";
+  v.resource = "process";
+  v.syscall = "clone3";
+  v.errno_name = errno_name(EPERM);
+  v.manifest_entry = "no match";
+  v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
+  return d;
+}
+
 Decision Observer::on_path(const Notification& n, AgentView& view) {
   const char* name = syscall_name(n.nr);
   const auto& a = n.args;
@@ -530,6 +590,19 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
   auto write_at = [&](int dirfd, uint64_t path, bool follow = false) {
     return check_path(n, view, name, dirfd, path, /*write=*/true, follow);
   };
+  // The *at2-style calls: AT_SYMLINK_NOFOLLOW, and AT_EMPTY_PATH with "" for the fd's own file
+  // (the cwd's when the fd is AT_FDCWD).
+  auto write_at_flags = [&](int dirfd, uint64_t path, uint64_t at_flags) {
+    if ((at_flags & AT_EMPTY_PATH) != 0) {
+      auto raw = view.read_string(n, path);
+      if (raw && raw->empty()) {
+        return dirfd == AT_FDCWD ? check_raw(n, view, name, AT_FDCWD, ".", /*write=*/true, /*follow_final=*/true)
+                                 : check_fd(n, view, name, dirfd);
+      }
+    }
+    return write_at(dirfd, path, (at_flags & AT_SYMLINK_NOFOLLOW) == 0);
+  };
+  last_resolved_.clear();
   auto both = [](Decision first, const std::function<Decision()>& second) {
     return first.deny ? first : second();
   };
@@ -560,11 +633,13 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
     case SYS_linkat:
       return both(check_path(n, view, name, as_fd(a[0]), a[1], false, (a[4] & AT_SYMLINK_FOLLOW) != 0),
                   [&] { return write_at(as_fd(a[2]), a[3]); });
-    case SYS_chmod:
     case SYS_utime:
     case SYS_utimes: return write_at(AT_FDCWD, a[0], /*follow=*/true);
-    case SYS_fchmodat: return write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0);
-    case SYS_fchmod:
+    case SYS_chmod: return mode_change(n, view, write_at(AT_FDCWD, a[0], /*follow=*/true), a[1], -1);
+    case SYS_fchmodat: return mode_change(n, view, write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0), a[2], -1);
+    case kNrFchmodat2: return mode_change(n, view, write_at_flags(as_fd(a[0]), a[1], a[3]), a[2], as_fd(a[0]));
+    case SYS_fchmod: return mode_change(n, view, check_fd(n, view, name, as_fd(a[0])), a[1], as_fd(a[0]));
+    case kNrFileSetattr: return write_at_flags(as_fd(a[0]), a[1], a[4]);
     case SYS_ftruncate: return check_fd(n, view, name, as_fd(a[0]));
     case SYS_futimesat: return a[1] == 0 ? check_fd(n, view, name, as_fd(a[0])) : write_at(as_fd(a[0]), a[1], true);
     case SYS_utimensat:
@@ -581,6 +656,8 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
     case SYS_fchown:
     case SYS_fsetxattr:
     case SYS_fremovexattr: return policy_eperm(check_fd(n, view, name, as_fd(a[0])));
+    case kNrSetxattrat:
+    case kNrRemovexattrat: return policy_eperm(write_at_flags(as_fd(a[0]), a[1], a[2]));
     case SYS_symlink: return write_at(AT_FDCWD, a[1]);
     case SYS_symlinkat: return write_at(as_fd(a[1]), a[2]);
     default: return {};
@@ -605,6 +682,7 @@ Decision Observer::decide(const Notification& n, AgentView& view) {
       v.pid = sandbox_pid_of(static_cast<pid_t>(n.pid));
       return d;
     }
+    case SYS_clone3: return on_clone3(n, view);
     case SYS_clock_settime:
     case SYS_settimeofday:
     case SYS_adjtimex:

@@ -88,6 +88,11 @@ class Observer {
   Decision on_path(const comet::Notification& n, AgentView& view);
   Decision on_time(const comet::Notification& n, AgentView& view);
   Decision on_bind(const comet::Notification& n, AgentView& view);
+  // clone3: a process is refused (EPERM) and reported; a thread gets ENOSYS (glibc falls back).
+  Decision on_clone3(const comet::Notification& n, AgentView& view);
+  // chmod/fchmod/fchmodat/fchmodat2 after the write check `d`: a set-id `mode` is refused
+  // (EPERM) and reported wherever the file is; `fd` names an fd target for the report.
+  Decision mode_change(const comet::Notification& n, AgentView& view, Decision d, uint64_t mode, int fd);
   Decision check_path(const comet::Notification& n, AgentView& view, const char* syscall,
                       int dirfd, uint64_t path_addr, bool write, bool follow_final,
                       bool open_for_read = false);

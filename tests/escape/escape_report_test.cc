@@ -159,6 +159,94 @@ TEST_F(EscapeReportTest, EveryRefusedWriteListingAndUnresolvablePathIsReported) 
   EXPECT_EQ(run_finished(run).value("violations", 0u), run.of_type("capability_violation").size());
 }
 
+// ---- set-id modes, the newer *at syscalls and clone3: no silent refusal -------------------
+
+TEST_F(EscapeReportTest, SetIdModesNewerFsSyscallsAndClone3AreRefusedAndReported) {
+  set_manifest();
+  auto run = attack({"modes"});
+  ASSERT_EQ(run.get("group.end"), "ok") << run.context();
+  // Set-id bits, by path, by fd, through fchmodat2 (plain, NOFOLLOW, AT_EMPTY_PATH), with high
+  // register bits, on a memfd and in /tmp: EPERM everywhere, each reported.
+  const std::vector<std::pair<const char*, const char*>> setid = {
+      {"mode.setuid_chmod", "chmod"},           {"mode.setgid_chmod", "chmod"},
+      {"mode.setuid_chmod_high", "chmod"},      {"mode.setuid_fchmod", "fchmod"},
+      {"mode.setuid_fchmodat", "fchmodat"},     {"mode.setuid_fchmodat2", "fchmodat2"},
+      {"mode.setuid_fchmodat2_nofollow", "fchmodat2"}, {"mode.setuid_fchmodat2_empty", "fchmodat2"},
+      {"mode.setuid_fchmod_memfd", "fchmod"},   {"mode.setuid_chmod_tmp", "chmod"}};
+  for (const auto& [c, syscall] : setid) EXPECT_CASE(run, c, "errno=EPERM");
+  // Outside fs.write: EACCES (C2), never EROFS.
+  for (const char* c : {"mode.setuid_chmod_pack", "mode.fchmodat2_pack", "mode.fchmodat2_libc_nofollow",
+                        "mode.fchmodat2_empty_pack", "mode.setxattrat_pack", "mode.setxattrat_libc_nofollow",
+                        "mode.removexattrat_pack", "mode.file_setattr_pack", "mode.file_setattr_etc"}) {
+    EXPECT_CASE(run, c, "errno=EACCES");
+  }
+  // Allowed counterparts reach the kernel.
+  EXPECT_CASE(run, "mode.ok_fchmodat2_out", "ok 0");
+  EXPECT_CASE(run, "mode.ok_fchmodat2_empty_out", "ok 0");
+  EXPECT_CASE(run, "mode.ok_sticky_chmod_out", "ok");
+  EXPECT_CASE(run, "mode.ok_fchmod_memfd", "ok");
+  EXPECT_CASE(run, "mode.eperm_setxattrat_out", "errno=EPERM");
+  // Residue: FS_IOC_SETFLAGS through a read-only fd is refused by the read-only mount (EROFS),
+  // unobserved (docs/seccomp.md); it never succeeds.
+  EXPECT_EQ(run.get("mode.ioctl_setflags_pack").rfind("errno=", 0), 0u) << run.context();
+  RecordProperty("ioctl_setflags_pack", run.get("mode.ioctl_setflags_pack"));  // no capability: the kernel's answer too
+  for (const char* c : {"mode.getxattrat_out", "mode.file_getattr_out", "mode.file_setattr_out"}) {
+    EXPECT_NE(run.get(c), "errno=EACCES") << c << " was refused by the Comet\n" << run.context();
+    EXPECT_NE(run.get(c), "errno=EPERM") << c << " was refused by the seccomp default\n" << run.context();
+    EXPECT_NE(run.get(c), "<missing>") << run.context();
+  }
+  // clone3: a process is EPERM (C3), a thread ENOSYS so that glibc falls back to clone.
+  EXPECT_CASE(run, "mode.clone3_fork", "errno=EPERM");
+  EXPECT_CASE(run, "mode.clone3_vfork", "errno=EPERM");
+  EXPECT_CASE(run, "mode.clone3_thread", "errno=ENOSYS");
+  EXPECT_CASE(run, "mode.clone3_bad_pointer", "errno=ENOSYS");
+  EXPECT_CASE(run, "mode.thread_still_works", "ok joined");
+  // Nothing set-id exists in /workdir/out; the allowed modes took effect.
+  EXPECT_CASE(run, "mode.out_modes", "ok m1:644,m4:644,m6:644,m8:644,n1:640,n3:1644");
+  EXPECT_EQ(run.get("mode.alive").rfind("ok", 0), 0u) << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  expect_out_is_inert(16u << 20);
+
+  // The reports: every set-id attempt as an fs write refused with EPERM, under its syscall.
+  std::multiset<std::string> setid_reports;
+  std::set<std::string> eacces_reports;
+  size_t clone3_reports = 0;
+  for (const auto& v : run.of_type("capability_violation")) {
+    const auto& d = v["data"];
+    const std::string r = d.value("resource", ""), sc = d.value("syscall", ""), err = d.value("errno", "");
+    if (d.value("surface", "") == "exec" && sc == "clone3") {
+      EXPECT_EQ(err, "EPERM") << v.dump();
+      EXPECT_EQ(r, "process") << v.dump();
+      ++clone3_reports;
+      continue;
+    }
+    ASSERT_EQ(d.value("surface", ""), "fs") << v.dump();
+    EXPECT_EQ(d.value("access", ""), "write") << v.dump();
+    if (err == "EPERM") {
+      EXPECT_NE(d.value("detail", "").find("set-id"), std::string::npos) << v.dump();
+      setid_reports.insert(sc);
+      if (r.rfind("/workdir/out/", 0) == 0) {
+        EXPECT_EQ(d.value("manifest_entry", ""), "capabilities.fs.write[0]") << v.dump();
+      }
+    } else {
+      EXPECT_EQ(err, "EACCES") << v.dump();
+      eacces_reports.insert(sc + " " + r);
+    }
+    // Nothing allowed was reported.
+    EXPECT_EQ(r.find("/workdir/out/n"), std::string::npos) << v.dump();
+  }
+  std::multiset<std::string> want_setid;
+  for (const auto& [c, syscall] : setid) want_setid.insert(syscall);
+  EXPECT_EQ(setid_reports, want_setid) << run.context();
+  EXPECT_EQ(clone3_reports, 2u) << run.context();
+  for (const char* s : {"chmod /workdir/attack.py", "fchmodat2 /workdir/attack.py", "fchmodat2 /usr/lib/x86_64-linux-gnu/libc.so.6",
+                        "setxattrat /workdir/attack.py", "removexattrat /workdir/attack.py",
+                        "file_setattr /workdir/attack.py", "file_setattr /etc/passwd"}) {
+    EXPECT_EQ(eacces_reports.count(s), 1u) << s << " not reported\n" << run.context();
+  }
+  EXPECT_EQ(run_finished(run).value("violations", 0u), run.of_type("capability_violation").size());
+}
+
 // ---- a flood of violations stays bounded in memory, events and stderr ---------------------
 
 TEST_F(EscapeReportTest, ViolationFloodIsBoundedAggregatedAndCounted) {

@@ -259,7 +259,7 @@ I386_SKIP = {1, 2, 11, 29, 72, 82, 119, 120, 142, 173, 179, 190, 252, 308, 309, 
 
 
 def group_sweep(args):
-    for nr in range(0, 461):
+    for nr in range(0, 470):
         if nr in SWEEP_SKIP:
             continue
         ctypes.set_errno(0)
@@ -1333,6 +1333,116 @@ def group_report(args):
     case("rep.alive", lambda: os.getpid())
 
 
+AT_FDCWD = -100 & (2**64 - 1)
+AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x100, 0x1000
+NR_CLONE3, NR_FCHMODAT2, NR_SETXATTRAT, NR_GETXATTRAT, NR_REMOVEXATTRAT = 435, 452, 463, 464, 466
+NR_FILE_GETATTR, NR_FILE_SETATTR = 468, 469
+CLONE_VM, CLONE_VFORK, CLONE_SIGHAND, CLONE_THREAD = 0x100, 0x4000, 0x800, 0x10000
+
+
+def cstr(text):
+    return ctypes.c_char_p(text.encode())
+
+
+def fchmodat2(path, mode, flags=0, dirfd=AT_FDCWD):
+    return sysc(NR_FCHMODAT2, dirfd, cstr(path), mode, flags)
+
+
+def fchmodat2_fd(path, mode, writable=False):
+    fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    try:
+        return sysc(NR_FCHMODAT2, fd, cstr(""), mode, AT_EMPTY_PATH)
+    finally:
+        os.close(fd)
+
+
+def xattr_args():
+    # struct xattr_args {u64 value; u32 size; u32 flags}
+    value = ctypes.create_string_buffer(b"1")
+    _pages.append(value)
+    buf = ctypes.create_string_buffer(struct.pack("=QII", ctypes.addressof(value), 1, 0))
+    _pages.append(buf)
+    return ctypes.addressof(buf), 16
+
+
+def setxattrat(path, flags=0):
+    addr, size = xattr_args()
+    return sysc(NR_SETXATTRAT, AT_FDCWD, cstr(path), flags, cstr("user.x"), addr, size)
+
+
+def getxattrat(path):
+    value = ctypes.create_string_buffer(64)
+    buf = ctypes.create_string_buffer(struct.pack("=QII", ctypes.addressof(value), 64, 0))
+    return sysc(NR_GETXATTRAT, AT_FDCWD, cstr(path), 0, cstr("user.x"), ctypes.addressof(buf), 16)
+
+
+def file_attr(nr, path, flags=0):
+    fsx = ctypes.create_string_buffer(28)  # struct fsxattr, zeroed
+    return sysc(nr, AT_FDCWD, cstr(path), fsx, 28, flags)
+
+
+def clone3(flags, size=88):
+    """A raw clone3 with these flags (exit_signal SIGCHLD when no thread). A child that ever
+    starts leaves at once."""
+    args = ctypes.create_string_buffer(struct.pack("=11Q", flags, 0, 0, 0, 0 if flags & CLONE_THREAD else 17,
+                                                   0, 0, 0, 0, 0, 0))
+    r = sysc(NR_CLONE3, ctypes.addressof(args), size)
+    if r == 0:
+        os._exit(0)
+    return r
+
+
+def group_modes(args):
+    """Set-id modes, the newer *at syscalls of the fs surface and clone3: every refusal is reported."""
+    lp = libc_path()
+    # Set-id bits inside fs.write: EPERM, reported (C5: no set-id file for the host).
+    case("mode.setuid_chmod", lambda: os.chmod(out_file("m1"), 0o4755))
+    case("mode.setgid_chmod", lambda: os.chmod(out_file("m2"), 0o2750))
+    case("mode.setuid_chmod_high", lambda: sysc(90, cstr(out_file("m3")), 0o4755 | (1 << 32)))
+    case("mode.setuid_fchmod", lambda: on_out_fd("m4", lambda fd: os.fchmod(fd, 0o6755)))
+    case("mode.setuid_fchmodat", lambda: os.chmod("m5", 0o4700, dir_fd=os.open(os.path.dirname(out_file("m5")),
+                                                                                os.O_RDONLY | os.O_DIRECTORY)))
+    case("mode.setuid_fchmodat2", lambda: fchmodat2(out_file("m6"), 0o4755))
+    case("mode.setuid_fchmodat2_nofollow", lambda: fchmodat2(out_file("m7"), 0o2755, AT_SYMLINK_NOFOLLOW))
+    case("mode.setuid_fchmodat2_empty", lambda: fchmodat2_fd(out_file("m8"), 0o4755, writable=True))
+    case("mode.setuid_fchmod_memfd", lambda: os.fchmod(os.memfd_create("suid"), 0o4755))
+    case("mode.setuid_chmod_tmp", lambda: (open("/tmp/m9", "wb").close(), os.chmod("/tmp/m9", 0o4755))[1])
+    # Set-id or not, outside fs.write: EACCES, reported (C2).
+    case("mode.setuid_chmod_pack", lambda: os.chmod("/workdir/attack.py", 0o4755))
+    case("mode.fchmodat2_pack", lambda: fchmodat2("/workdir/attack.py", 0o600))
+    case("mode.fchmodat2_libc_nofollow", lambda: fchmodat2(lp, 0o600, AT_SYMLINK_NOFOLLOW))
+    case("mode.fchmodat2_empty_pack", lambda: fchmodat2_fd("/workdir/attack.py", 0o600))
+    case("mode.setxattrat_pack", lambda: setxattrat("/workdir/attack.py"))
+    case("mode.setxattrat_libc_nofollow", lambda: setxattrat(lp, AT_SYMLINK_NOFOLLOW))
+    case("mode.removexattrat_pack", lambda: sysc(NR_REMOVEXATTRAT, AT_FDCWD, cstr("/workdir/attack.py"), 0,
+                                                  cstr("user.x")))
+    case("mode.file_setattr_pack", lambda: file_attr(NR_FILE_SETATTR, "/workdir/attack.py"))
+    case("mode.file_setattr_etc", lambda: file_attr(NR_FILE_SETATTR, "/etc/passwd"))
+    # Residue (docs/seccomp.md): the inode-flag ioctl on a read-only fd is the kernel's EROFS,
+    # unobserved; it must still be refused.
+    case("mode.ioctl_setflags_pack", lambda: on_ro_fd(lambda fd: __import__("fcntl").ioctl(
+        fd, 0x40086602, struct.pack("=l", 0x10))))
+    # Allowed counterparts: the kernel answers, nothing is reported.
+    case("mode.ok_fchmodat2_out", lambda: fchmodat2(out_file("n1"), 0o640))
+    case("mode.ok_fchmodat2_empty_out", lambda: fchmodat2_fd(out_file("n2"), 0o600, writable=True))
+    case("mode.ok_sticky_chmod_out", lambda: os.chmod(out_file("n3"), 0o1644))
+    case("mode.ok_fchmod_memfd", lambda: os.fchmod(os.memfd_create("plain"), 0o600))
+    case("mode.eperm_setxattrat_out", lambda: setxattrat(out_file("n4")))
+    case("mode.getxattrat_out", lambda: getxattrat(out_file("n5")))
+    case("mode.file_getattr_out", lambda: file_attr(NR_FILE_GETATTR, out_file("n6")))
+    case("mode.file_setattr_out", lambda: file_attr(NR_FILE_SETATTR, out_file("n7")))
+    # clone3: a process is refused (EPERM) and reported; a thread gets ENOSYS (glibc falls back).
+    case("mode.clone3_fork", lambda: clone3(0))
+    case("mode.clone3_vfork", lambda: clone3(CLONE_VFORK))
+    case("mode.clone3_thread", lambda: clone3(CLONE_THREAD | CLONE_VM | CLONE_SIGHAND))
+    case("mode.clone3_bad_pointer", lambda: sysc(NR_CLONE3, 8, 88))
+    case("mode.thread_still_works", lambda: (lambda t: (t.start(), t.join(), "joined")[2])(
+        threading.Thread(target=lambda: None)))
+    case("mode.out_modes", lambda: ",".join("%s:%o" % (n, os.stat("/workdir/out/" + n).st_mode & 0o7777)
+                                            for n in ["m1", "m4", "m6", "m8", "n1", "n3"]))
+    case("mode.alive", lambda: os.getpid())
+
+
 def violation_flood(args):
     """Refuses itself as fast as it can for SECONDS: one path over and over, and distinct
     long paths (each a new resource), from several threads; prints how many it tried."""
@@ -1472,7 +1582,7 @@ def group_netlink(args):
 GROUPS = {"exec": group_exec, "seccomp": group_seccomp, "sweep": group_sweep, "observer": group_observer,
           "observer2": group_observer2, "fs": group_fs, "ipc": group_ipc, "resources": group_resources,
           "info": group_info, "net": group_net, "netstar": group_netstar,
-          "report": group_report, "vflood": violation_flood, "names": hostile_names, "netlink": group_netlink}
+          "report": group_report, "modes": group_modes, "vflood": violation_flood, "names": hostile_names, "netlink": group_netlink}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in GROUPS:
