@@ -1,6 +1,9 @@
 #include "comet/seccomp_filter.h"
 
 #include <errno.h>
+#include <linux/fs.h>
+#include <linux/fscrypt.h>
+#include <linux/fsverity.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -12,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -57,27 +61,29 @@ scmp_arg_cmp arg_eq32(unsigned arg, uint64_t value) {
 }
 
 // Appends `action` rows for `syscall` matching every value whose low 32 bits (what the kernel
-// reads for an int argument) are NOT in `excluded`, using only single masked comparisons:
-//   - one row per bit on which all excluded values agree: "this bit differs" excludes them all;
-//   - one row per remaining value that agrees on those bits but is not excluded.
-// Works for small sets (2^(number of disagreeing bits) rows in the second group).
+// reads for an int argument) are NOT in `excluded`, using only single masked comparisons: the
+// complement of the excluded values' binary trie. Walking each excluded value from bit 31
+// down, every branch that leads to no excluded value is one row ("these high bits equal this
+// prefix, and the next bit differs"). At most 32 rows per excluded value, fewer where they
+// share prefixes; every value not excluded matches exactly one row.
 void rows_unless_low32(std::vector<Row>& t, const char* syscall, uint32_t action, unsigned arg,
                        std::initializer_list<uint64_t> excluded, const char* reason) {
-  uint64_t agree = kLow32;
-  const uint64_t first = *excluded.begin() & kLow32;
-  for (uint64_t v : excluded) agree &= ~((v & kLow32) ^ first);
-  for (int bit = 0; bit < 32; ++bit) {
-    const uint64_t m = 1ULL << bit;
-    if (agree & m) t.push_back({syscall, action, {{arg, SCMP_CMP_MASKED_EQ, m, ~first & m}}, reason});
+  std::vector<std::pair<uint64_t, uint64_t>> rows;  // (mask, value), deduplicated
+  for (uint64_t e : excluded) {
+    e &= kLow32;
+    for (int bit = 31; bit >= 0; --bit) {
+      const uint64_t mask = (kLow32 << bit) & kLow32;  // bits 31..bit
+      const uint64_t sibling = (e & mask) ^ (1ULL << bit);
+      bool leads_to_excluded = false;
+      for (uint64_t other : excluded) leads_to_excluded |= ((other & kLow32) & mask) == sibling;
+      if (leads_to_excluded) continue;
+      if (std::find(rows.begin(), rows.end(), std::make_pair(mask, sibling)) == rows.end()) {
+        rows.emplace_back(mask, sibling);
+      }
+    }
   }
-  const uint64_t free_bits = kLow32 & ~agree;
-  // Enumerate every assignment of the free bits (subsets of free_bits).
-  for (uint64_t sub = free_bits;; sub = (sub - 1) & free_bits) {
-    const uint64_t v = (first & agree) | sub;
-    bool is_excluded = false;
-    for (uint64_t e : excluded) is_excluded |= (e & kLow32) == v;
-    if (!is_excluded) t.push_back({syscall, action, {arg_eq32(arg, v)}, reason});
-    if (sub == 0) break;
+  for (const auto& [mask, value] : rows) {
+    t.push_back({syscall, action, {{arg, SCMP_CMP_MASKED_EQ, mask, value}}, reason});
   }
 }
 
@@ -158,9 +164,20 @@ std::vector<Row> agent_table(bool observe_paths) {
   // libseccomp cannot add a conditional rule whose action equals the default (EACCES), and an
   // unconditional ALLOW would override it; so these are written as "ALLOW unless the low 32
   // bits equal one of ...", which refuses exactly those values with the default EPERM.
-  rows_unless_low32(t, "ioctl", kAllow, 1, {TIOCSTI, TIOCLINUX},
-                     "C5: everything but TIOCSTI (pushes input into the terminal) and TIOCLINUX "
-                     "(reads/inserts console contents), compared on the low 32 bits: EPERM");
+  rows_unless_low32(t, "ioctl", kAllow, 1,
+                    {TIOCSTI, TIOCLINUX, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_SETVERSION,
+                     FS_IOC32_SETVERSION, FS_IOC_FSSETXATTR, FS_IOC_ENABLE_VERITY, FS_IOC_SET_ENCRYPTION_POLICY},
+                    "C5: everything but TIOCSTI (pushes input into the terminal) and TIOCLINUX "
+                    "(reads/inserts console contents), compared on the low 32 bits: EPERM; and "
+                    "the inode-changing requests below, which are observed");
+  // Inode changes through an fd (flags such as immutable/append, fsxattr, generation,
+  // fs-verity, an encryption policy): observed like fchmod, so that one on a file outside
+  // fs.write is EACCES and reported (the read-only mount alone would say EROFS, unseen).
+  for (uint64_t req : {FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_SETVERSION, FS_IOC32_SETVERSION,
+                       FS_IOC_FSSETXATTR, FS_IOC_ENABLE_VERITY, FS_IOC_SET_ENCRYPTION_POLICY}) {
+    t.push_back({"ioctl", kNotify, {arg_eq32(1, req)},
+                 "C2: an inode change through an fd, observed (EACCES outside fs.write; reported)"});
+  }
   rows_unless_low32(t, "prctl", kAllow, 0, {PR_SET_SECCOMP},
                      "everything but PR_SET_SECCOMP (C5: no filters of the agent's own): EPERM");
   for (uint64_t persona : {0x0ULL, 0x8ULL, 0x20000ULL, 0x20008ULL, 0xffffffffULL}) {

@@ -1,6 +1,9 @@
 #include "supervisor/observer.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <linux/fscrypt.h>
+#include <linux/fsverity.h>
 #include <linux/openat2.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -93,6 +96,20 @@ int sandbox_pid_of(pid_t host_tid) {
     }
   }
   return 0;
+}
+
+// The inode-changing ioctl requests the filter notifies, for the report.
+const char* inode_ioctl_name(uint64_t request) {
+  switch (static_cast<uint32_t>(request)) {
+    case FS_IOC_SETFLAGS: return "FS_IOC_SETFLAGS";
+    case FS_IOC32_SETFLAGS: return "FS_IOC32_SETFLAGS";
+    case FS_IOC_SETVERSION: return "FS_IOC_SETVERSION";
+    case FS_IOC32_SETVERSION: return "FS_IOC32_SETVERSION";
+    case FS_IOC_FSSETXATTR: return "FS_IOC_FSSETXATTR";
+    case FS_IOC_ENABLE_VERITY: return "FS_IOC_ENABLE_VERITY";
+    case FS_IOC_SET_ENCRYPTION_POLICY: return "FS_IOC_SET_ENCRYPTION_POLICY";
+    default: return "request";
+  }
 }
 
 const char* clock_name(uint64_t id) {
@@ -641,6 +658,12 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
     case SYS_fchmod: return mode_change(n, view, check_fd(n, view, name, as_fd(a[0])), a[1], as_fd(a[0]));
     case kNrFileSetattr: return write_at_flags(as_fd(a[0]), a[1], a[4]);
     case SYS_ftruncate: return check_fd(n, view, name, as_fd(a[0]));
+    case SYS_ioctl: {
+      // Only the inode-changing requests are notified (seccomp_filter.cc).
+      Decision d = check_fd(n, view, name, as_fd(a[0]));
+      if (d.violation) d.violation->detail = std::string("ioctl ") + inode_ioctl_name(a[1]) + " changes the file";
+      return d;
+    }
     case SYS_futimesat: return a[1] == 0 ? check_fd(n, view, name, as_fd(a[0])) : write_at(as_fd(a[0]), a[1], true);
     case SYS_utimensat:
       // A NULL path changes the fd's own file (futimens).

@@ -186,10 +186,13 @@ TEST_F(EscapeReportTest, SetIdModesNewerFsSyscallsAndClone3AreRefusedAndReported
   EXPECT_CASE(run, "mode.ok_sticky_chmod_out", "ok");
   EXPECT_CASE(run, "mode.ok_fchmod_memfd", "ok");
   EXPECT_CASE(run, "mode.eperm_setxattrat_out", "errno=EPERM");
-  // Residue: FS_IOC_SETFLAGS through a read-only fd is refused by the read-only mount (EROFS),
-  // unobserved (docs/seccomp.md); it never succeeds.
-  EXPECT_EQ(run.get("mode.ioctl_setflags_pack").rfind("errno=", 0), 0u) << run.context();
-  RecordProperty("ioctl_setflags_pack", run.get("mode.ioctl_setflags_pack"));  // no capability: the kernel's answer too
+  // Inode changes by ioctl through a read-only fd: EACCES (not the mount's EROFS), reported.
+  for (const char* c : {"mode.ioctl_setflags_pack", "mode.ioctl_setflags_high_libc", "mode.ioctl_fssetxattr_pack"}) {
+    EXPECT_CASE(run, c, "errno=EACCES");
+  }
+  EXPECT_CASE(run, "mode.ok_ioctl_setflags_out", "ok");
+  EXPECT_NE(run.get("mode.ok_ioctl_getflags_pack"), "errno=EACCES") << run.context();
+  EXPECT_NE(run.get("mode.ok_ioctl_getflags_pack"), "<missing>") << run.context();  // no capability: the kernel's answer too
   for (const char* c : {"mode.getxattrat_out", "mode.file_getattr_out", "mode.file_setattr_out"}) {
     EXPECT_NE(run.get(c), "errno=EACCES") << c << " was refused by the Comet\n" << run.context();
     EXPECT_NE(run.get(c), "errno=EPERM") << c << " was refused by the seccomp default\n" << run.context();
@@ -241,7 +244,8 @@ TEST_F(EscapeReportTest, SetIdModesNewerFsSyscallsAndClone3AreRefusedAndReported
   EXPECT_EQ(clone3_reports, 2u) << run.context();
   for (const char* s : {"chmod /workdir/attack.py", "fchmodat2 /workdir/attack.py", "fchmodat2 /usr/lib/x86_64-linux-gnu/libc.so.6",
                         "setxattrat /workdir/attack.py", "removexattrat /workdir/attack.py",
-                        "file_setattr /workdir/attack.py", "file_setattr /etc/passwd"}) {
+                        "file_setattr /workdir/attack.py", "file_setattr /etc/passwd", "ioctl /workdir/attack.py",
+                        "ioctl /usr/lib/x86_64-linux-gnu/libc.so.6"}) {
     EXPECT_EQ(eacces_reports.count(s), 1u) << s << " not reported\n" << run.context();
   }
   EXPECT_EQ(run_finished(run).value("violations", 0u), run.of_type("capability_violation").size());

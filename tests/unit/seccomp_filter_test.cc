@@ -5,6 +5,9 @@
 #include <netinet/in.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/fs.h>
+#include <linux/fscrypt.h>
+#include <linux/fsverity.h>
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <sched.h>
@@ -179,6 +182,16 @@ TEST(SeccompFilter, ProgramDecisionsForArguments) {
   EXPECT_EQ(ioctl_req(FIONREAD), SECCOMP_RET_ALLOW);
   EXPECT_EQ(ioctl_req(TCGETS | (1ULL << 32)), SECCOMP_RET_ALLOW);
   // Exhaustive over the low 16 bits, plus pseudo-random 64-bit requests.
+  // The inode-changing requests are observed (NOTIFY), high bits or not.
+  for (uint64_t req : {FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_SETVERSION, FS_IOC32_SETVERSION, FS_IOC_FSSETXATTR,
+                       FS_IOC_ENABLE_VERITY, FS_IOC_SET_ENCRYPTION_POLICY}) {
+    EXPECT_EQ(ioctl_req(req), SECCOMP_RET_USER_NOTIF) << std::hex << req;
+    EXPECT_EQ(ioctl_req(req | (0xabcdULL << 32)), SECCOMP_RET_USER_NOTIF) << std::hex << req;
+    EXPECT_EQ(ioctl_req(req ^ 1), SECCOMP_RET_ALLOW) << std::hex << req;
+    EXPECT_EQ(ioctl_req(req ^ 0x80000000ULL), SECCOMP_RET_ALLOW) << std::hex << req;
+  }
+  EXPECT_EQ(ioctl_req(FS_IOC_GETFLAGS), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(ioctl_req(FS_IOC_FSGETXATTR), SECCOMP_RET_ALLOW);
   for (uint64_t req = 0; req < 0x10000; ++req) {
     uint32_t want = (req == TIOCSTI || req == TIOCLINUX) ? kRetEperm : SECCOMP_RET_ALLOW;
     ASSERT_EQ(ioctl_req(req), want) << std::hex << req;
@@ -189,6 +202,7 @@ TEST(SeccompFilter, ProgramDecisionsForArguments) {
     state ^= state << 13, state ^= state >> 7, state ^= state << 17;
     uint32_t low = static_cast<uint32_t>(state);
     uint32_t want = (low == TIOCSTI || low == TIOCLINUX) ? kRetEperm : SECCOMP_RET_ALLOW;
+    if (low == FS_IOC_SETFLAGS || low == FS_IOC32_SETFLAGS || low == FS_IOC_FSSETXATTR) want = SECCOMP_RET_USER_NOTIF;
     ASSERT_EQ(ioctl_req(state), want) << std::hex << state;
   }
   auto clone_flags = [&](uint64_t f) { return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_clone, f)); };

@@ -9,6 +9,7 @@
 import base64
 import ctypes
 import errno
+import fcntl
 import hashlib
 import mmap
 import os
@@ -1338,6 +1339,7 @@ AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x100, 0x1000
 NR_CLONE3, NR_FCHMODAT2, NR_SETXATTRAT, NR_GETXATTRAT, NR_REMOVEXATTRAT = 435, 452, 463, 464, 466
 NR_FILE_GETATTR, NR_FILE_SETATTR = 468, 469
 CLONE_VM, CLONE_VFORK, CLONE_SIGHAND, CLONE_THREAD = 0x100, 0x4000, 0x800, 0x10000
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR = 0x80086601, 0x40086602, 0x401c5820
 
 
 def cstr(text):
@@ -1418,10 +1420,16 @@ def group_modes(args):
                                                   cstr("user.x")))
     case("mode.file_setattr_pack", lambda: file_attr(NR_FILE_SETATTR, "/workdir/attack.py"))
     case("mode.file_setattr_etc", lambda: file_attr(NR_FILE_SETATTR, "/etc/passwd"))
-    # Residue (docs/seccomp.md): the inode-flag ioctl on a read-only fd is the kernel's EROFS,
-    # unobserved; it must still be refused.
-    case("mode.ioctl_setflags_pack", lambda: on_ro_fd(lambda fd: __import__("fcntl").ioctl(
-        fd, 0x40086602, struct.pack("=l", 0x10))))
+    # Inode changes through an fd opened for reading (ioctl): EACCES outside fs.write, reported;
+    # a request with high bits set is the same request to the kernel.
+    case("mode.ioctl_setflags_pack", lambda: on_ro_fd(lambda fd: fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("=l", 0))))
+    case("mode.ioctl_setflags_high_libc", lambda: on_ro_fd(lambda fd: sysc(16, fd, FS_IOC_SETFLAGS | (1 << 40),
+                                                                            ctypes.byref(ctypes.c_long(0))), lp))
+    case("mode.ioctl_fssetxattr_pack", lambda: on_ro_fd(lambda fd: fcntl.ioctl(fd, FS_IOC_FSSETXATTR, bytes(28))))
+    case("mode.ok_ioctl_setflags_out", lambda: on_out_fd("n8", lambda fd: fcntl.ioctl(
+        fd, FS_IOC_SETFLAGS, struct.pack("=l", 0)) and None))
+    case("mode.ok_ioctl_getflags_pack", lambda: on_ro_fd(lambda fd: fcntl.ioctl(
+        fd, FS_IOC_GETFLAGS, struct.pack("=l", 0)) and None))
     # Allowed counterparts: the kernel answers, nothing is reported.
     case("mode.ok_fchmodat2_out", lambda: fchmodat2(out_file("n1"), 0o640))
     case("mode.ok_fchmodat2_empty_out", lambda: fchmodat2_fd(out_file("n2"), 0o600, writable=True))
