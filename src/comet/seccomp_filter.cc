@@ -311,7 +311,9 @@ std::vector<Row> agent_table(bool observe_paths) {
   allow("setpriority", "can only lower priority without CAP_SYS_NICE");
   allow("getrandom", "C4: randomness always works");
   allow("uname", "system identification (the sandbox's UTS namespace)");
-  allow("sysinfo", "memory/uptime totals (python, node read them)");
+  // The host's RAM and task count would show: the supervisor answers with the agent's view
+  // (the runtime layer's /proc files), written into the agent's buffer; the kernel never runs it.
+  notify("sysinfo", "answered by the supervisor: RAM bounded by resources.memory, one process");
   const char* kLandlock = "Landlock can only narrow the agent's own access further";
   for (const char* n : {"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}) {
     allow(n, kLandlock);

@@ -109,6 +109,13 @@ Status respond_error(const UniqueFd& listener, uint64_t id, int err) {
   return send_response(listener, resp, "error");
 }
 
+Status respond_value(const UniqueFd& listener, uint64_t id, int64_t value) {
+  seccomp_notif_resp resp{};
+  resp.id = id;
+  resp.val = value;
+  return send_response(listener, resp, "value");
+}
+
 Status respond_with_fd(const UniqueFd& listener, uint64_t id, const UniqueFd& fd, bool cloexec) {
   seccomp_notif_addfd addfd{};
   addfd.id = id;

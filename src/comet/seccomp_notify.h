@@ -36,6 +36,10 @@ Status respond_continue(const UniqueFd& listener, uint64_t id);
 // Fails the syscall: the agent sees -1 / errno == err (err > 0).
 Status respond_error(const UniqueFd& listener, uint64_t id, int err);
 
+// Completes the syscall without running it: the agent sees `value` returned (sysinfo: 0,
+// after the supervisor wrote the agent's view into its buffer).
+Status respond_value(const UniqueFd& listener, uint64_t id, int64_t value);
+
 // Answers the syscall (an open) with a new fd in the agent that refers to `fd`'s open file
 // (SECCOMP_IOCTL_NOTIF_ADDFD with SECCOMP_ADDFD_FLAG_SEND, Linux >= 5.14): the agent sees
 // the open succeed. Used for the runtime layer's served /proc files, never for a path the

@@ -220,6 +220,20 @@ std::string render_loadavg(std::string_view host) {
 
 const std::vector<RuntimeProbe>& runtime_probes() { return kRuntimeProbes; }
 
+struct sysinfo agent_sysinfo(const struct sysinfo& host, uint64_t memory_limit) {
+  struct sysinfo out {};
+  out.uptime = host.uptime;
+  for (int i = 0; i < 3; ++i) out.loads[i] = host.loads[i];
+  const uint64_t unit = host.mem_unit == 0 ? 1 : host.mem_unit;
+  uint64_t total = static_cast<uint64_t>(host.totalram) * unit;
+  if (memory_limit != 0) total = std::min(total, memory_limit);
+  out.totalram = total;
+  out.freeram = std::min<uint64_t>(static_cast<uint64_t>(host.freeram) * unit, total);
+  out.procs = 1;
+  out.mem_unit = 1;
+  return out;
+}
+
 bool probe_applies(const RuntimeProbe& probe, Runtime runtime) {
   switch (runtime) {
     case Runtime::python3: return (probe.runtimes & kForPython) != 0;

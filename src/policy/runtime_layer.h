@@ -9,6 +9,8 @@
 // (src/comet/seccomp_filter.cc) and is described in the same docs section.
 #pragma once
 
+#include <sys/sysinfo.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -58,5 +60,11 @@ bool is_served_proc_file(const std::string& path);
 // Pure functions of their inputs; the supervisor reads the host's files and the affinity.
 std::string render_proc_file(const std::string& path, std::string_view host_text, const std::vector<int>& cpus,
                              uint64_t memory_limit);
+
+// sysinfo(2) as the agent sees it, from the host's answer: what the served /proc files say.
+// Uptime and load averages are the host's (as /proc/uptime and /proc/loadavg); RAM is bounded
+// by `memory_limit` (0 = none) like /proc/meminfo; no swap, shared or buffer memory; one
+// process (the agent, as /proc/loadavg's "1/1"); byte units.
+struct sysinfo agent_sysinfo(const struct sysinfo& host, uint64_t memory_limit);
 
 }  // namespace soyaos::policy

@@ -40,6 +40,9 @@ struct Decision {
   // answers with its own rendering of that file instead of letting the open run.
   std::string serve;
   bool serve_cloexec = false;
+  // sysinfo(2): the supervisor writes the agent's view (policy::agent_sysinfo) into the
+  // buffer the agent passed and completes the syscall with 0; the kernel never runs it.
+  bool answer_sysinfo = false;
 };
 
 // How the observer reads the agent's side of the world. Implemented over /proc and

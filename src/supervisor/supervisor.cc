@@ -6,6 +6,8 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
+#include <sys/uio.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "policy/runtime_layer.h"
 #include "supervisor/runtime_files.h"
 
 namespace soyaos::supervisor {
@@ -62,6 +65,30 @@ bool relay(int from, int to, std::string* sink, size_t cap, uint64_t* dropped, b
   return true;
 }
 
+// sysinfo(2) for the agent: the host's answer reduced to the agent's view, written into the
+// buffer the agent passed (its own memory, with its own page protections: process_vm_writev
+// does not force), then the syscall completes with 0. An unwritable buffer is EFAULT, as the
+// kernel would say.
+void answer_sysinfo(const UniqueFd& listener, const comet::Notification& n, const policy::Policy& policy) {
+  struct sysinfo host {};
+  if (::sysinfo(&host) != 0) {
+    (void)comet::respond_error(listener, n.id, errno);
+    return;
+  }
+  struct sysinfo agent = policy::agent_sysinfo(host, policy.limits.memory_bytes);
+  struct iovec local {&agent, sizeof agent};
+  struct iovec remote {reinterpret_cast<void*>(n.args[0]), sizeof agent};  // NOLINT(performance-no-int-to-ptr)
+  // Still blocked in this syscall, so n.pid is still that agent thread (pids are allocated
+  // cyclically: a reuse within this window would need the whole pid space to wrap).
+  if (!comet::notification_valid(listener, n.id)) return;
+  const ssize_t wrote = n.args[0] == 0 ? -1 : ::process_vm_writev(static_cast<pid_t>(n.pid), &local, 1, &remote, 1, 0);
+  if (wrote != static_cast<ssize_t>(sizeof agent)) {
+    (void)comet::respond_error(listener, n.id, EFAULT);
+    return;
+  }
+  (void)comet::respond_value(listener, n.id, 0);
+}
+
 // The notification thread: blocks in SECCOMP_IOCTL_NOTIF_RECV so that, with
 // SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, the kernel wakes it on the CPU of the agent thread
 // that just blocked (an epoll wake-up would not carry that hint, and a cross-CPU wake-up
@@ -88,7 +115,9 @@ void answer_notifications(const UniqueFd& listener, Observer& observer, AgentVie
       on_violation(*d.violation);
     }
     // Failure to respond means the agent's thread is gone; nothing to do.
-    if (!d.serve.empty()) {
+    if (d.answer_sysinfo) {
+      answer_sysinfo(listener, *note, observer.policy());
+    } else if (!d.serve.empty()) {
       // The runtime layer's own rendering of a /proc file (runtime_files.h).
       auto fd = open_served_file(d.serve, static_cast<pid_t>(note->pid), observer.policy());
       Status sent = fd ? comet::respond_with_fd(listener, note->id, *fd, d.serve_cloexec) : Status(fd.error());

@@ -372,6 +372,11 @@ TEST_F(EscapeTest, NothingAboutTheHostLeaks) {
               "ok CapPrm:0000000000000000 CapEff:0000000000000000 CapBnd:0000000000000000 NoNewPrivs:1 Seccomp:2");
   EXPECT_CASE(run, "info.proc_listing", "ok 1,self,thread-self");
   EXPECT_CASE(run, "info.sys", "errno=ENOENT");
+  // sysinfo(2) and what glibc derives from it: the agent's memory limit (default 1Gi, below
+  // this host's RAM), no swap, one process — not the host's RAM or task count.
+  EXPECT_CASE(run, "info.sysinfo", "ok total=1073741824 free_le_total=1 swap=0 procs=1 uptime_pos=1");
+  EXPECT_CASE(run, "info.sysinfo_bad_pointer", "errno=EFAULT");
+  EXPECT_CASE(run, "info.phys_pages", "ok 1073741824");
   std::string environ1 = base64_decode(run.get("info.environ_pid1").substr(3));
   EXPECT_EQ(environ1.find(kSecret), std::string::npos);
   // Mount tables name no host path: not the operator's home, not the source/build tree,

@@ -59,6 +59,40 @@ TEST(RuntimeLayer, MeminfoIsBoundedByTheMemoryLimit) {
             "MemTotal:       16000000 kB\nMemFree:         9000000 kB\nMemAvailable:   12000000 kB\n");
 }
 
+TEST(RuntimeLayer, SysinfoIsTheAgentsViewLikeTheServedFiles) {
+  struct sysinfo host {};
+  host.uptime = 18094;
+  host.loads[0] = 995936;
+  host.loads[1] = 1028416;
+  host.loads[2] = 962976;
+  host.totalram = 6000000;  // pages of 4 KiB: ~23 GiB
+  host.freeram = 2500000;
+  host.sharedram = 2347;
+  host.bufferram = 12740;
+  host.totalswap = 1000;
+  host.freeswap = 900;
+  host.procs = 197;
+  host.totalhigh = 7;
+  host.mem_unit = 4096;
+  const struct sysinfo limited = agent_sysinfo(host, uint64_t{512} << 20);
+  EXPECT_EQ(limited.uptime, 18094);
+  EXPECT_EQ(limited.loads[0], 995936u);
+  EXPECT_EQ(limited.loads[2], 962976u);
+  EXPECT_EQ(limited.mem_unit, 1u);
+  EXPECT_EQ(limited.totalram, uint64_t{512} << 20);
+  EXPECT_EQ(limited.freeram, uint64_t{512} << 20);
+  EXPECT_EQ(limited.sharedram + limited.bufferram + limited.totalswap + limited.freeswap, 0u);
+  EXPECT_EQ(limited.totalhigh + limited.freehigh, 0u);
+  EXPECT_EQ(limited.procs, 1);
+  // Without a limit (or above the host's RAM) the host's RAM in bytes; free never above total.
+  const struct sysinfo unlimited = agent_sysinfo(host, 0);
+  EXPECT_EQ(unlimited.totalram, uint64_t{6000000} * 4096);
+  EXPECT_EQ(unlimited.freeram, uint64_t{2500000} * 4096);
+  EXPECT_EQ(agent_sysinfo(host, uint64_t{1} << 50).totalram, uint64_t{6000000} * 4096);
+  host.mem_unit = 0;  // old kernels: bytes
+  EXPECT_EQ(agent_sysinfo(host, 0).totalram, 6000000u);
+}
+
 TEST(RuntimeLayer, LoadavgKeepsTheAveragesOnly) {
   EXPECT_EQ(render_proc_file("/proc/loadavg", "0.52 0.58 0.59 3/791 123456\n", {0}, 0), "0.52 0.58 0.59 1/1 1\n");
   EXPECT_EQ(render_proc_file("/proc/loadavg", "", {0}, 0), "1/1 1\n");

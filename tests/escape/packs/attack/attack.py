@@ -881,6 +881,17 @@ def mountinfo_symlink():
     return read_fd_b64(os.open("/workdir/out/mi", os.O_RDONLY))
 
 
+def sysinfo_view():
+    """sysinfo(2): RAM (bytes), swap, processes, uptime, as the agent sees them."""
+    buf = ctypes.create_string_buffer(112)
+    if libc.sysinfo(buf) != 0:
+        raise OSError(ctypes.get_errno(), "sysinfo")
+    uptime, l1, l2, l3, total, free, shared, buffers, swap, swapfree, procs = struct.unpack_from("@l3L6LH", buf.raw)
+    unit = struct.unpack_from("=I", buf.raw, 104)[0]
+    return "total=%d free_le_total=%d swap=%d procs=%d uptime_pos=%d" % (
+        total * unit, free <= total, swap * unit, procs, uptime > 0)
+
+
 def group_info(args):
     proc_self = os.open("/proc/self", os.O_RDONLY | os.O_DIRECTORY)
     case("info.mountinfo_openat", lambda: read_fd_b64(os.open("mountinfo", os.O_RDONLY, dir_fd=proc_self)))
@@ -907,6 +918,10 @@ def group_info(args):
     case("info.proc_listing", lambda: ",".join(sorted(os.listdir("/proc"))))
     case("info.root_listing", lambda: ",".join(sorted(os.listdir("/"))))
     case("info.sys", lambda: os.listdir("/sys"))
+    case("info.sysinfo", sysinfo_view)
+    case("info.sysinfo_bad_pointer", lambda: libc.sysinfo(ctypes.c_void_p(8)) == 0 or
+         (_ for _ in ()).throw(OSError(ctypes.get_errno(), "sysinfo")))
+    case("info.phys_pages", lambda: os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     case("info.environ_pid1", lambda: base64.b64encode(open("/proc/1/environ", "rb").read()).decode())
 
 
