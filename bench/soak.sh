@@ -22,13 +22,15 @@
 # Usage: bench/soak.sh [N=20] [D=300]   (e.g. bench/soak.sh 20 60 for a shorter pass)
 # Env:   SOYAOS (binary, default build/soyaos), RUN_S (seconds per agent, default 30),
 #        MEMORY (resources.memory, default 64Mi), QUOTA (write_quota, default 8Mi),
-#        KEEP=1 keeps the work directory.
+#        BASELINE_S (seconds sampled before the first Comet, default 10), KEEP=1 keeps the
+#        work directory.
 # Only loopback and namespaces the Comets create are touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20}
 D=${2:-300}
 RUN_S=${RUN_S:-30}
+BASELINE_S=${BASELINE_S:-10}
 MEMORY=${MEMORY:-64Mi}
 QUOTA=${QUOTA:-8Mi}
 SOYAOS=${SOYAOS:-$PWD/build/soyaos}
@@ -216,17 +218,18 @@ while not os.path.exists(stop_file):
     subprocess.run(["/bin/true"])
     lat = (time.perf_counter() - t0) * 1000
     m = meminfo()
-    samples.append({"t": time.time(), "true_ms": lat, "avail": m["MemAvailable"], "shmem": m["Shmem"],
+    samples.append({"t": time.time(), "true_ms": lat, "soak": os.path.exists(sys.argv[3]), "avail": m["MemAvailable"], "shmem": m["Shmem"],
                     "hwm": soyaos_hwm()})
     time.sleep(max(0.0, 1.0 - (time.perf_counter() - t0)))
 time.sleep(5)
 end = meminfo()
 json.dump({"base": base, "end": end, "samples": samples}, open(sys.argv[1], "w"))
 PY
-"$PY" "$work/sampler.py" "$work/samples.json" "$work/stop" &
+"$PY" "$work/sampler.py" "$work/samples.json" "$work/stop" "$work/soak-started" &
 sampler=$!
 bg+=($sampler)
-sleep 2  # a baseline sample before the first Comet
+sleep "$BASELINE_S"  # the host before the first Comet (the machine may be busy with other work)
+touch "$work/soak-started"
 
 # ---- the slots -------------------------------------------------------------------------------
 end_at=$(( $(date +%s) + D ))
@@ -309,6 +312,8 @@ for path in sorted(glob.glob(os.path.join(work, "runs", "ev-*.jsonl"))):
 
 s = json.load(open(os.path.join(work, "samples.json")))
 base, end, samples = s["base"], s["end"], s["samples"]
+lat0 = sorted(x["true_ms"] for x in samples if not x["soak"])
+samples = [x for x in samples if x["soak"]]
 lat = sorted(x["true_ms"] for x in samples)
 pct = lambda xs, p: xs[min(len(xs) - 1, int(len(xs) * p))] if xs else 0
 mib = lambda kib: kib / 1024.0
@@ -316,8 +321,9 @@ avail_fall = max((base["MemAvailable"] - x["avail"] for x in samples), default=0
 shmem_rise = max((x["shmem"] - base["Shmem"] for x in samples), default=0)
 print("soak: %d agents, %d s asked, %d s taken, %d runs; exits by mode:rc %s" %
       (n, d, elapsed, len(runs), ", ".join("%s x%d" % kv for kv in sorted(exits.items()))))
-print("host MemAvailable: base %.0f MiB, largest fall %.0f MiB, 5 s after the end %+.0f MiB" %
-      (mib(base["MemAvailable"]), mib(avail_fall), mib(end["MemAvailable"] - base["MemAvailable"])))
+print("host MemAvailable: base %.0f MiB, largest fall %.0f MiB, 5 s after the end %+.0f MiB"
+      " (the whole machine: other work moves it too)" %
+      (mib(base["MemAvailable"]), mib(max(avail_fall, 0)), mib(end["MemAvailable"] - base["MemAvailable"])))
 print("host Shmem: base %.0f MiB, largest rise %.0f MiB, 5 s after the end %+.0f MiB" %
       (mib(base["Shmem"]), mib(shmem_rise), mib(end["Shmem"] - base["Shmem"])))
 if rss:
@@ -325,8 +331,11 @@ if rss:
     print("supervisor peak RSS (run_finished): median %.1f MiB, p99 %.1f MiB, max %.1f MiB over %d runs" %
           (mib(statistics.median(rs)), mib(pct(rs, 0.99)), mib(rs[-1]), len(rs)))
 print("supervisor VmHWM sampled: max %.1f MiB" % mib(max((x["hwm"] for x in samples), default=0)))
-print("host responsiveness (/bin/true each second): p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d samples" %
-      (pct(lat, 0.5), pct(lat, 0.99), lat[-1] if lat else 0, len(lat)))
+print("host responsiveness (/bin/true each second): p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d samples;"
+      " before the soak p50 %.1f ms, max %.1f ms over %d" %
+      (pct(lat, 0.5), pct(lat, 0.99), lat[-1] if lat else 0, len(lat), pct(lat0, 0.5), lat0[-1] if lat0 else 0,
+       len(lat0)))
+print("host load average at the end: %s" % open("/proc/loadavg").read().split()[:3])
 print("violations counted %d; limit_exceeded events %s; events dropped past the caps: %s" %
       (violations, dict(exceeded) if exceeded else "none", dict(dropped) if dropped else "none"))
 print("runs with their run_finished stored in the Moon: %d/%d" % (len(runs) - len([m for m in missing if "stored" in m]), len(runs)))
