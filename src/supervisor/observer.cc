@@ -654,7 +654,9 @@ Decision Observer::on_path(const Notification& n, AgentView& view) {
     case SYS_utimes: return write_at(AT_FDCWD, a[0], /*follow=*/true);
     case SYS_chmod: return mode_change(n, view, write_at(AT_FDCWD, a[0], /*follow=*/true), a[1], -1);
     case SYS_fchmodat: return mode_change(n, view, write_at(as_fd(a[0]), a[1], (a[3] & AT_SYMLINK_NOFOLLOW) == 0), a[2], -1);
-    case kNrFchmodat2: return mode_change(n, view, write_at_flags(as_fd(a[0]), a[1], a[3]), a[2], as_fd(a[0]));
+    case kNrFchmodat2:
+      return mode_change(n, view, write_at_flags(as_fd(a[0]), a[1], a[3]), a[2],
+                         (a[3] & AT_EMPTY_PATH) != 0 ? as_fd(a[0]) : -1);
     case SYS_fchmod: return mode_change(n, view, check_fd(n, view, name, as_fd(a[0])), a[1], as_fd(a[0]));
     case kNrFileSetattr: return write_at_flags(as_fd(a[0]), a[1], a[4]);
     case SYS_ftruncate: return check_fd(n, view, name, as_fd(a[0]));
