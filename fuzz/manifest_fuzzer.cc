@@ -28,6 +28,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const EgressEntry& e : m.capabilities.egress) {
       if (e.port == 0 || e.host.empty()) __builtin_trap();
       (void)host_matches(e.host, "a.example.com");
+      // M8: rules only on https/http entries, each a method and a path starting with '/'.
+      if (!e.http.empty() && e.protocol != Protocol::https && e.protocol != Protocol::http) __builtin_trap();
+      for (const HttpRule& r : e.http) {
+        if (r.method.empty() || r.path.empty() || r.path[0] != '/') __builtin_trap();
+        if (r.path.find('?') != std::string::npos) __builtin_trap();
+      }
+    }
+    // M7: names valid, never a reserved variable or one agent.env sets; concrete hosts.
+    for (const SecretDecl& d : m.secrets) {
+      if (d.name.empty() || is_reserved_env_name(d.name) || m.agent.env.count(d.name) != 0) __builtin_trap();
+      if (d.hosts.empty() || d.hosts.size() != d.host_marks.size()) __builtin_trap();
+      for (const std::string& h : d.hosts) {
+        if (h.empty() || h[0] == '*') __builtin_trap();
+      }
     }
     if (m.capabilities.egress_any && m.capabilities.tier != Tier::unrestricted) __builtin_trap();
     for (const Tool& t : m.tools) {

@@ -42,6 +42,18 @@ struct Agent {
   std::vector<std::string> args;
   std::map<std::string, std::string> env;   // names ^[A-Z_][A-Z0-9_]*$
   Mark mark, entrypoint_mark;
+  std::vector<Mark> arg_marks;              // one per args element (lint points at a value)
+  std::map<std::string, Mark> env_marks;    // of each env value
+};
+
+// M8: one element of an https/http egress entry's `http:` list, checked by the gateway on
+// every request of an intercepted connection (C11).
+struct HttpRule {
+  std::string method;    // upper-case token (GET, POST, ...) or "*" (any method)
+  std::string path;      // the pattern as written, validated: starts with '/', whole segments,
+                         // '*' = one whole segment, a trailing '/**' = the rest (any depth, also none)
+  std::string key_path;  // "capabilities.egress[0].http[1]"
+  Mark mark;             // of the rule's mapping
 };
 
 struct EgressEntry {
@@ -50,6 +62,17 @@ struct EgressEntry {
   Protocol protocol = Protocol::tcp;
   std::string key_path;  // "capabilities.egress[2]"
   Mark mark;             // of the entry's mapping
+  std::vector<HttpRule> http;  // M8 (https/http entries only); empty = any request allowed
+};
+
+// M7: a secret the agent may use. The pack names it and the hosts its real value may be
+// sent to; the value comes from the operator at run time (C11), never from the pack.
+struct SecretDecl {
+  std::string name;                  // ^[A-Z_][A-Z0-9_]*$: also the agent's variable name
+  std::vector<std::string> hosts;    // lower-cased concrete DNS names or IP literals (no wildcards)
+  std::vector<Mark> host_marks;      // one per host
+  std::string key_path;              // "secrets.ANTHROPIC_API_KEY"
+  Mark mark;                         // of the secret's name (its key)
 };
 
 struct FsPath {
@@ -101,6 +124,7 @@ struct Example {
   std::string key_path;              // "examples[0]"
   Mark mark;
   Mark input_mark;                   // of `input` when present
+  std::vector<Mark> arg_marks;       // one per args element
 };
 
 // Limits; a value absent from the manifest takes the SPEC.md C9 default.
@@ -125,7 +149,12 @@ struct Manifest {
   Resources resources;
   std::vector<Example> examples;
   Mark name_mark, version_mark;
+  std::vector<SecretDecl> secrets;  // M7, in file order
 };
+
+// Variables the Comet sets itself (C5, C7, C11): a secret may not take one of these names.
+// Python's, curl's and Node's CA variables carry the per-run CA of an intercepted entry.
+bool is_reserved_env_name(const std::string& name);
 
 // One error (or, for lint, finding) about a manifest node.
 struct Diagnostic {

@@ -260,6 +260,9 @@ Result<Policy> compile_policy(const manifest::Manifest& m, const RunOptions& opt
       env.emplace_back(var);
     }
   }
+  // C11: a secret's variable holds the run's placeholder. Validation keeps secret names
+  // apart from agent.env and the variables above (manifest::is_reserved_env_name).
+  for (const auto& [name, placeholder] : options.secret_placeholders) env.emplace_back(name, placeholder);
   for (const auto& [k, v] : env) p.env.push_back(k + "=" + v);
 
   // Runtime layer.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -140,6 +141,8 @@ struct RunOptions {
   // The pack's excluded paths (common/pack_tree.h PackTree::excluded), from the same scan
   // as `digest`: the /workdir view shows exactly what the digest covers.
   std::vector<std::string> pack_excluded;
+  // C11: NAME -> the run's placeholder for each secret the manifest declares (never a value).
+  std::vector<std::pair<std::string, std::string>> secret_placeholders;
 };
 
 // Compiles a validated manifest into a Policy; fails (exit 125 at the CLI) when an option

@@ -139,6 +139,23 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
   const auto& m = *loaded.manifest;
+  // C11: exactly the declared secrets, each with a value (the CLI resolves them and refuses
+  // a missing one; this keeps every other caller honest).
+  for (const auto& d : m.secrets) {
+    auto it = std::find_if(request.secrets.begin(), request.secrets.end(),
+                           [&](const policy::RunSecret& s) { return s.name == d.name; });
+    if (it == request.secrets.end() || it->value.empty() || it->placeholder.empty()) {
+      report.error = "secret " + d.name + " has no value (give --secret " + d.name + " or `soyaos secret set " +
+                     d.name + "`)";
+      return report;
+    }
+  }
+  for (const auto& s : request.secrets) {
+    if (std::none_of(m.secrets.begin(), m.secrets.end(), [&](const manifest::SecretDecl& d) { return d.name == s.name; })) {
+      report.error = "secret " + s.name + " is not declared by the manifest";
+      return report;
+    }
+  }
   // One scan gives the digest and the exclusions: the /workdir view is what the digest
   // covers (SPEC T6).
   auto tree = scan_pack(request.pack_dir);
@@ -155,6 +172,7 @@ RunReport run_pack(const RunRequest& request) {
   options.run_id = report.run_id;
   options.digest = *digest;
   options.pack_excluded = std::move(tree->excluded);
+  for (const auto& secret : request.secrets) options.secret_placeholders.emplace_back(secret.name, secret.placeholder);
   auto policy = policy::compile_policy(m, options);
   if (!policy) {
     report.error = policy.error().describe();

@@ -11,6 +11,7 @@
 #include "manifest/manifest.h"
 #include "policy/operator_network.h"
 #include "policy/policy.h"
+#include "policy/secrets.h"
 #include "scope/events.h"
 #include "supervisor/observer.h"
 #include "supervisor/supervisor.h"
@@ -55,6 +56,9 @@ struct RunRequest {
   // The operator's network policy from the Moon's configuration (moon.yaml, C6a); the
   // defaults when there is none.
   policy::OperatorNetwork network;
+  // The run's secrets (C11): the agent's environment gets NAME=placeholder for each; the
+  // values stay in the supervisor (the gateway substitutes them for the secret's hosts).
+  std::vector<policy::RunSecret> secrets;
 };
 
 struct RunReport {
