@@ -258,6 +258,17 @@ TEST(SeccompFilter, ProgramDecisionsForArguments) {
   EXPECT_EQ(prctl_op(PR_SET_SECCOMP), kRetEperm);
   EXPECT_EQ(prctl_op(PR_SET_SECCOMP | (1ULL << 32)), kRetEperm);
   EXPECT_EQ(prctl_op(PR_SET_NAME), SECCOMP_RET_ALLOW);
+  // The complement rows (rows_unless_low32) leave exactly the excluded values out.
+  for (uint64_t op = 0; op < 0x1000; ++op) {
+    const uint32_t want = op == PR_SET_SECCOMP ? kRetEperm : SECCOMP_RET_ALLOW;
+    ASSERT_EQ(prctl_op(op), want) << op;
+    ASSERT_EQ(prctl_op(op | (0x7ULL << 45)), want) << op;
+    ASSERT_EQ(prctl_op(op << 16), SECCOMP_RET_ALLOW) << op;  // never 22 in the low 32 bits
+  }
+  auto pair = [&](uint64_t family) { return evaluate(p, make_data(AUDIT_ARCH_X86_64, __NR_socketpair, family, SOCK_STREAM)); };
+  for (uint64_t family = 0; family < 0x1000; ++family) {
+    ASSERT_EQ(pair(family), family == AF_UNIX ? SECCOMP_RET_ALLOW : kRetEafnosupport) << family;
+  }
 }
 
 TEST(SeccompFilter, RefusedSyscallsReturnEperm) {
