@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "moon/live_runs.h"
 #include "moon/config.h"
 #include "moon/registry.h"
 #include "moon/store.h"
@@ -44,6 +45,13 @@ int check() {
       // message names the file and says what SQLite found.
       findings.push_back(registry.error().describe());
     } else {
+      // Runs whose soyaos (or daemon) died get their run_incomplete now (E4), once each.
+      auto reaped = moon::reap_dead_runs(*home, registry->store());
+      if (!reaped) {
+        findings.push_back("runs: " + reaped.error().describe());
+      } else if (*reaped > 0) {
+        std::fprintf(stderr, "soyaos moon check: %d dead run(s) marked run_incomplete\n", *reaped);
+      }
       auto integrity = registry->store().check_integrity();
       if (!integrity) {
         findings.push_back(integrity.error().describe());

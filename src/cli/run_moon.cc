@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/digest.h"
 #include "moon/backend.h"
+#include "moon/recorder.h"
 #include "moon/semver.h"
 
 namespace soyaos::cli {
@@ -72,29 +74,55 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
                           {"violation", violation.is_discarded() ? nlohmann::ordered_json(f.violation) : violation}});
     return {};
   };
-  hooks.after_run = [state](const scope::RunContext& ctx, const std::vector<nlohmann::ordered_json>& events,
-                            const std::vector<supervisor::Violation>& violations) -> Status {
-    // Flag first (C8 (4)): a failure to store the events must never cost the flag. Every
-    // run flags, directory runs included (by NAME@VERSION and the digest that ran).
-    Status flagged;
-    if (!violations.empty()) {
-      nlohmann::ordered_json reason;
-      for (const auto& e : events) {  // the first violation event of the run is the flag's reason
-        if (e.value("type", "") == "capability_violation") {
-          reason = e;
-          break;
+  // E4: every event goes to the Moon as it is emitted, through a writer thread that
+  // group-commits (moon/recorder.h), on a Moon connection of its own; the run's first
+  // violation flags NAME@VERSION and the digest at once (C8 (4)), flag first.
+  // One recorder per run (`pack test` runs several with the same hooks); the Moon opened
+  // now (so that an unusable one refuses the run early) serves the first.
+  auto opened = moon::open_moon(home);
+  if (!opened) return opened.error();
+  struct Recording {
+    fs::path home;
+    std::unique_ptr<moon::MoonBackend> spare;
+    std::string run_id;
+    std::unique_ptr<moon::RunRecorder> recorder;
+    std::optional<Error> open_error;
+  };
+  auto rec = std::make_shared<Recording>();
+  rec->home = home;
+  rec->spare = std::move(opened.value());
+  hooks.on_event = [rec](const scope::RunContext& ctx, const nlohmann::ordered_json& event) {
+    if (rec->run_id != ctx.run_id) {  // the run's first event: run_started
+      rec->recorder.reset();
+      rec->open_error.reset();
+      rec->run_id = ctx.run_id;
+      std::unique_ptr<moon::MoonBackend> backend = std::move(rec->spare);
+      if (!backend) {
+        auto m = moon::open_moon(rec->home);
+        if (!m) {
+          rec->open_error = m.error();
+          return;
         }
+        backend = std::move(m.value());
       }
-      if (reason.is_null()) {  // not among the events (dropped past a cap): describe it
-        const auto& v = violations.front();
-        reason = {{"surface", v.surface}, {"resource", v.resource}, {"syscall", v.syscall},
-                  {"errno", v.errno_name}, {"manifest_entry", v.manifest_entry}};
-      }
-      auto added = state->moon->flag(ctx.pack, ctx.version, ctx.digest, ctx.run_id, reason);
-      if (!added) flagged = added.error();
+      rec->recorder = std::make_unique<moon::RunRecorder>(std::move(backend), ctx);
     }
-    if (auto s = state->moon->append_events(events); !s) return s;
-    return flagged;
+    if (rec->recorder) rec->recorder->push(event);
+  };
+  auto recorder_of = [](Recording& r) -> Result<moon::RunRecorder*> {
+    if (r.open_error) return *r.open_error;
+    if (!r.recorder) return make_error("no event of the run reached the Moon");
+    return r.recorder.get();
+  };
+  hooks.wait_durable = [rec, recorder_of]() -> Status {
+    auto r = recorder_of(*rec);
+    if (!r) return r.error();
+    return (*r)->wait_durable();
+  };
+  hooks.finish = [rec, recorder_of]() -> Status {
+    auto r = recorder_of(*rec);
+    if (!r) return r.error();
+    return (*r)->finish();
   };
   return hooks;
 }

@@ -14,10 +14,11 @@
 namespace soyaos::cli {
 
 // Hooks for run_pack: before launch, warn (stderr, naming the newest unflagged version)
-// and emit `pack_flagged` when this pack version or its content (digest) is flagged; after
-// the run, after a violation, first flag NAME@VERSION and the digest that ran (directory
-// runs too; the Moon stores a `pack_flagged` event), then append every event to the
-// Moon's store in one durable transaction.
+// and emit `pack_flagged` when this pack version or its content (digest) is flagged; every
+// event goes to the Moon as it is emitted (moon/recorder.h: group-committed by a writer
+// thread, run_started durable before the Comet starts); the run's first violation flags
+// NAME@VERSION and the digest that ran at once (directory runs too; the Moon stores a
+// `pack_flagged` event), flag first; finish() returns once the whole record is durable.
 Result<supervisor::RunHooks> moon_run_hooks(const std::filesystem::path& home);
 
 // Extracts NAME@VERSION from the registry into HOME/run-cache/<digest>/pack (once per

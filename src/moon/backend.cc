@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lint/report.h"
+#include "moon/live_runs.h"
 
 namespace soyaos::moon {
 namespace fs = std::filesystem;
@@ -34,6 +35,27 @@ std::optional<std::string> opt(const json& j, const char* k) {
   if (it != j.end() && it->is_string()) return it->get<std::string>();
   return std::nullopt;
 }
+
+// A run streamed into the embedded Moon: its own connection to moon.db (the writer thread
+// of the run uses it alone) and the run's live file, held by this process.
+class EmbeddedRunStream final : public RunStream {
+ public:
+  EmbeddedRunStream(Registry reg, LiveRun live, scope::RunContext ctx)
+      : reg_(std::move(reg)), live_(std::move(live)), ctx_(std::move(ctx)) {}
+  Status append(std::span<const json> events) override { return reg_.store().append_events(events); }
+  Result<bool> flag(const json& violation) override {
+    return reg_.flag(ctx_.pack, ctx_.version, ctx_.digest, ctx_.run_id, violation);
+  }
+  Status end() override {
+    live_.end();
+    return {};
+  }
+
+ private:
+  Registry reg_;
+  LiveRun live_;
+  scope::RunContext ctx_;
+};
 
 class EmbeddedMoon final : public MoonBackend {
  public:
@@ -74,6 +96,15 @@ class EmbeddedMoon final : public MoonBackend {
                     const std::string& run_id, const json& violation) override {
     return reg_.flag(name, version, digest, run_id, violation);
   }
+  Result<std::unique_ptr<RunStream>> open_run(const scope::RunContext& ctx, const json& first) override {
+    auto stream = continue_run_embedded(reg_.home(), ctx);
+    if (!stream) return stream.error();
+    if (auto s = (*stream)->append(std::span<const json>(&first, 1)); !s) {
+      (void)(*stream)->end();
+      return s.error();
+    }
+    return stream;
+  }
   Status append_events(std::span<const json> events) override { return reg_.store().append_events(events); }
   Result<std::vector<StoredEvent>> query_events(const EventQuery& q) override {
     return reg_.store().query_events(q);
@@ -94,9 +125,27 @@ class EmbeddedMoon final : public MoonBackend {
 
 }  // namespace
 
+Result<std::unique_ptr<RunStream>> continue_run_embedded(const fs::path& home, const scope::RunContext& ctx) {
+  // Live before anything is stored: a run whose run_started is on disk is always either
+  // finished or found dead (never neither). The rename replaces the .live file of a daemon
+  // that died holding this run, so no reaper marks it while it goes on here.
+  auto live = LiveRun::create(home, ctx, "run");
+  if (!live) return live.error();
+  auto reg = Registry::open(home);  // not open_embedded(): no reaping of this very run
+  if (!reg) {
+    live->end();
+    return reg.error();
+  }
+  return std::unique_ptr<RunStream>(
+      std::make_unique<EmbeddedRunStream>(std::move(reg.value()), std::move(live.value()), ctx));
+}
+
 Result<std::unique_ptr<MoonBackend>> open_embedded(const fs::path& home) {
   auto reg = Registry::open(home);
   if (!reg) return reg.error();
+  // Runs whose soyaos died are marked run_incomplete by the next Moon that opens the home
+  // (E4). Best effort here: a failure leaves them for the next one (or `moon check`).
+  (void)reap_dead_runs(home, reg->store());
   return std::unique_ptr<MoonBackend>(std::make_unique<EmbeddedMoon>(std::move(reg.value())));
 }
 

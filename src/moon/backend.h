@@ -28,6 +28,7 @@
 #include "common/result.h"
 #include "moon/registry.h"
 #include "moon/store.h"
+#include "scope/events.h"
 
 namespace soyaos::moon {
 
@@ -63,6 +64,27 @@ struct MoonStatus {
   std::string stale_socket;
 };
 
+// One run's record being streamed into the Moon (E4): the run's events arrive in batches
+// while it goes, each batch one durable transaction, and the run is live (live_runs.h)
+// until end(). Destroyed without end(), the run is marked run_incomplete by the Moon.
+class RunStream {
+ public:
+  virtual ~RunStream() = default;
+  // Appends a batch of this run's events (each with data.run_id of this run); returns once
+  // they are durable (EventStore::append).
+  virtual Status append(std::span<const nlohmann::ordered_json> events) = 0;
+  // C8 (4) at once: flags this run's NAME@VERSION and digest with `violation` (the run's
+  // first capability_violation event) as its reason; the Moon stores `pack_flagged`.
+  virtual Result<bool> flag(const nlohmann::ordered_json& violation) = 0;
+  // The record is complete (its run_finished, or its only event for a replay, is stored).
+  virtual Status end() = 0;
+  // The stream cannot store anything any more (a lost daemon connection): do not retry.
+  [[nodiscard]] virtual bool broken() const { return false; }
+  // From another thread: the run gives up on storing (its deadline passed); a request
+  // waiting for the daemon returns at once. Nothing else may be called afterwards.
+  virtual void interrupt() {}
+};
+
 class MoonBackend {
  public:
   virtual ~MoonBackend() = default;
@@ -91,7 +113,12 @@ class MoonBackend {
                             const std::string& run_id, const nlohmann::ordered_json& violation) = 0;
 
   // ---- Scope events (E3, E4) ----
+  // Starts streaming run `ctx`: stores `first` (run_started, or cache_hit of a replay)
+  // durably and makes the run live. The daemon refuses a run id it already has events of.
+  virtual Result<std::unique_ptr<RunStream>> open_run(const scope::RunContext& ctx,
+                                                      const nlohmann::ordered_json& first) = 0;
   // Returns once the events are durable (one transaction), as EventStore::append.
+  // Daemon mode: only the events of one new run (a replay's cache_hit), as open_run + end.
   virtual Status append_events(std::span<const nlohmann::ordered_json> events) = 0;
   virtual Result<std::vector<StoredEvent>> query_events(const EventQuery& query) = 0;
 
@@ -105,6 +132,10 @@ Actor current_actor();
 
 // The embedded Moon of `home` (opened now: an unusable home is an error here).
 Result<std::unique_ptr<MoonBackend>> open_embedded(const std::filesystem::path& home);
+// Run `ctx` continued in the embedded Moon of `home` (live from now, nothing stored yet):
+// open_run of the embedded Moon, and the fallback of a daemon that died during a run.
+Result<std::unique_ptr<RunStream>> continue_run_embedded(const std::filesystem::path& home,
+                                                         const scope::RunContext& ctx);
 // The daemon at `socket`: checks now that it answers (a `hello`). `fallback_home`: when
 // set, a later request whose connection cannot be made falls back to that embedded Moon.
 Result<std::unique_ptr<MoonBackend>> open_remote(const std::filesystem::path& socket,

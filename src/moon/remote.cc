@@ -13,8 +13,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "common/unique_fd.h"
 #include "moon/archive.h"
@@ -67,6 +69,80 @@ Result<json> call(Session& s, const json& req, std::string_view attachment = {})
   if (!reply->value("ok", false)) return wire::reply_error(*reply);
   return reply;
 }
+
+// A run streamed to the daemon over a connection of its own, open for the run's whole
+// life: the daemon holds the run live while the connection is up and marks it
+// run_incomplete (connection_lost) when it drops before run_end. When the connection
+// itself fails (the daemon died) and the Moon was found through the home's own socket,
+// the run goes on in the embedded Moon of that home, as every request does then; a batch
+// in flight when the daemon died may then be stored twice (at least once, never lost).
+class RemoteRunStream final : public RunStream {
+ public:
+  RemoteRunStream(std::unique_ptr<Session> s, fs::path socket, scope::RunContext ctx,
+                  std::optional<fs::path> fallback_home)
+      : s_(std::move(s)), socket_(std::move(socket)), ctx_(std::move(ctx)), fallback_home_(std::move(fallback_home)) {}
+  Status append(std::span<const json> events) override {
+    if (fallback_) return fallback_->append(events);
+    json arr = json::array();
+    for (const auto& e : events) arr.push_back(e);
+    auto r = rpc({{"op", "run_events"}, {"run_id", ctx_.run_id}, {"events", std::move(arr)}});
+    if (!r) return r.error();
+    if (fallback_) return fallback_->append(events);
+    return {};
+  }
+  Result<bool> flag(const json& violation) override {
+    if (fallback_) return fallback_->flag(violation);
+    auto r = rpc({{"op", "run_flag"}, {"run_id", ctx_.run_id}, {"violation", violation}});
+    if (!r) return r.error();
+    if (fallback_) return fallback_->flag(violation);
+    return r->value("added", false);
+  }
+  Status end() override {
+    if (fallback_) return fallback_->end();
+    auto r = rpc({{"op", "run_end"}, {"run_id", ctx_.run_id}});
+    if (!r) return r.error();
+    if (fallback_) return fallback_->end();
+    return {};
+  }
+  [[nodiscard]] bool broken() const override { return broken_ && !fallback_; }
+  void interrupt() override {
+    interrupted_ = true;
+    (void)::shutdown(s_->fd.get(), SHUT_RDWR);
+  }
+
+ private:
+  // One request. A transport failure with a fallback home switches to it: the reply is
+  // then an empty object and fallback_ is set (the caller repeats the operation there).
+  Result<json> rpc(const json& req) {
+    if (broken_) return make_error("the Moon daemon at " + socket_.string() + " went away during run " + ctx_.run_id, EPIPE);
+    if (auto st = s_->conn.send(req); !st) return transport_failed(st.error());
+    auto reply = s_->conn.receive();
+    if (!reply) return transport_failed(reply.error().message == "eof"
+                                            ? make_error("it closed the connection", EPIPE)
+                                            : reply.error());
+    if (!reply->value("ok", false)) return wire::reply_error(*reply);
+    return reply;
+  }
+  Result<json> transport_failed(const Error& cause) {
+    broken_ = true;
+    const Error e = make_error("the Moon daemon at " + socket_.string() + " went away during run " + ctx_.run_id +
+                                   " (" + cause.describe() + ")",
+                               cause.err);
+    if (!fallback_home_ || interrupted_) return e;
+    auto emb = continue_run_embedded(*fallback_home_, ctx_);
+    if (!emb) return make_error(e.describe() + "; the embedded Moon: " + emb.error().describe(), e.err);
+    fallback_ = std::move(emb.value());
+    return json::object();
+  }
+
+  std::unique_ptr<Session> s_;
+  fs::path socket_;
+  scope::RunContext ctx_;
+  std::optional<fs::path> fallback_home_;
+  std::unique_ptr<RunStream> fallback_;
+  bool broken_ = false;
+  std::atomic<bool> interrupted_{false};
+};
 
 class RemoteMoon final : public MoonBackend {
  public:
@@ -263,14 +339,35 @@ class RemoteMoon final : public MoonBackend {
     return r->value("added", false);
   }
 
-  Status append_events(std::span<const json> events) override {
-    json arr = json::array();
-    for (const auto& e : events) arr.push_back(e);
-    auto r = request({{"op", "append_events"}, {"events", std::move(arr)}}, [&](MoonBackend& b) -> Result<json> {
-      if (auto s = b.append_events(events); !s) return s.error();
-      return json::object();
-    });
+  Result<std::unique_ptr<RunStream>> open_run(const scope::RunContext& ctx, const json& first) override {
+    auto s = session();
+    if (!s) return s.error();
+    if (!*s) return fallback_->open_run(ctx, first);
+    auto r = call(**s, {{"op", "run_begin"}, {"run_id", ctx.run_id}, {"event", first}});
     if (!r) return r.error();
+    // The connection stays open for the run: the daemon knows the run is alive by it.
+    return std::unique_ptr<RunStream>(std::make_unique<RemoteRunStream>(std::move(s.value()), socket_, ctx, fallback_home_));
+  }
+
+  // The daemon accepts events only of a run started on the same connection (E5): a
+  // stand-alone record (a replay's cache_hit) is a run of its own, begun and ended here.
+  Status append_events(std::span<const json> events) override {
+    if (events.empty()) return {};
+    auto s = session();
+    if (!s) return s.error();
+    if (!*s) return fallback_->append_events(events);
+    const json& first = events.front();
+    const std::string run_id =
+        first.contains("data") && first["data"].is_object() ? first["data"].value("run_id", "") : "";
+    auto r = call(**s, {{"op", "run_begin"}, {"run_id", run_id}, {"event", first}});
+    if (!r) return r.error();
+    if (events.size() > 1) {
+      json arr = json::array();
+      for (size_t i = 1; i < events.size(); ++i) arr.push_back(events[i]);
+      if (auto e = call(**s, {{"op", "run_events"}, {"run_id", run_id}, {"events", std::move(arr)}}); !e)
+        return e.error();
+    }
+    if (auto e = call(**s, {{"op", "run_end"}, {"run_id", run_id}}); !e) return e.error();
     return {};
   }
 

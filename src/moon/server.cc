@@ -25,6 +25,7 @@
 #include "common/unique_fd.h"
 #include "moon/archive.h"
 #include "moon/backend.h"
+#include "moon/server_runs.h"
 #include "moon/wire.h"
 #include "scope/events.h"
 
@@ -181,23 +182,6 @@ Result<json> dispatch(Shared& sh, MoonBackend& moon, const json& req, const Peer
     if (*n > 0) sh.log("unflag " + name + "@" + version + " (" + std::to_string(*n) + ") by " + peer.str());
     return json{{"cleared", *n}};
   }
-  if (op == "flag") {
-    const std::string run_id = req_str(req, "run_id");
-    auto added = moon.flag(name, version, req_str(req, "digest"), run_id,
-                           req.contains("violation") ? req["violation"] : json(nullptr));
-    if (!added) return added.error();
-    if (*added) sh.log("flag " + name + "@" + version + " run " + run_id + " by " + peer.str());
-    return json{{"added", *added}};
-  }
-  if (op == "append_events") {
-    if (!req.contains("events") || !req["events"].is_array()) return make_error("append_events: no events array");
-    std::vector<json> events(req["events"].begin(), req["events"].end());
-    for (const auto& e : events) {
-      if (!e.is_object()) return make_error("append_events: an event is not a JSON object");
-    }
-    if (auto s = moon.append_events(events); !s) return s.error();
-    return json::object();
-  }
   if (op == "status") {
     auto s = moon.status();
     if (!s) return s.error();
@@ -230,6 +214,7 @@ void serve_client(Shared& sh, int fd) {
   (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof stv);
   wire::Conn conn(fd);
   std::unique_ptr<MoonBackend> moon;
+  ConnRuns runs(sh.opt.home, peer.uid, peer.known);  // the runs this client started here (E5)
   for (;;) {
     auto req = conn.receive();
     if (!req) {
@@ -247,7 +232,22 @@ void serve_client(Shared& sh, int fd) {
       moon = std::move(b.value());
     }
     Status sent;
-    if (op == "push") {
+    if (auto r = runs.handle(*moon, op, *req)) {
+      if (!*r) {
+        sh.log(op + " by " + peer.str() + ": " + r->error().describe());
+        sent = conn.send(wire::error_reply(r->error()));
+      } else {
+        json reply = {{"ok", true}};
+        for (auto it = (*r)->begin(); it != (*r)->end(); ++it) reply[it.key()] = it.value();
+        sent = conn.send(reply);
+      }
+      if (runs.any()) {
+        // A run's connection may stay idle as long as the agent computes: its end (the
+        // client's death included) is the run's end, not a timeout.
+        timeval none{0, 0};
+        (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+      }
+    } else if (op == "push") {
       auto r = do_push(sh, *moon, conn, *req, peer);
       json reply = r ? json{{"ok", true}} : wire::error_reply(r.error());
       if (r) {
@@ -296,6 +296,7 @@ void serve_client(Shared& sh, int fd) {
     }
     if (!sent) break;
   }
+  for (const auto& line : runs.close()) sh.log(line + " (" + peer.str() + ")");
   if (moon) sh.give_back(std::move(moon));
 }
 

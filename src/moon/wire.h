@@ -22,7 +22,9 @@
 
 namespace soyaos::moon::wire {
 
-inline constexpr int kProtocolVersion = 1;
+// 2: runs are streamed on a connection of their own (run_begin … run_end, moon/server_runs.h);
+// append_events and flag only for a run started on the same connection.
+inline constexpr int kProtocolVersion = 2;
 inline constexpr size_t kMaxHeaderBytes = size_t{256} << 20;        // 256 MiB
 inline constexpr uint64_t kMaxAttachmentBytes = uint64_t{4} << 30;  // 4 GiB (a pack archive)
 

@@ -114,7 +114,6 @@ Status EventSink::add_file(const std::string& path) {
 void EventSink::add_stdout() { to_stdout_ = true; }
 
 Status EventSink::emit(const nlohmann::ordered_json& event) {
-  emitted_.push_back(event);
   std::string line = event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   for (const auto& f : files_) {
     if (auto s = write_all(f.get(), line); !s) return s;

@@ -42,7 +42,6 @@ class EventSink {
   void add_stdout();
   Status emit(const nlohmann::ordered_json& event);
   Status flush();
-  [[nodiscard]] const std::vector<nlohmann::ordered_json>& emitted() const { return emitted_; }
   // stdout's reader went away (EPIPE): later events were not written there (only there).
   [[nodiscard]] bool stdout_closed() const { return stdout_closed_; }
 
@@ -50,7 +49,6 @@ class EventSink {
   std::vector<UniqueFd> files_;
   bool to_stdout_ = false;
   bool stdout_closed_ = false;
-  std::vector<nlohmann::ordered_json> emitted_;
 };
 
 }  // namespace soyaos::scope

@@ -242,10 +242,12 @@ RunReport run_pack(const RunRequest& request) {
         report.egress_used.push_back(entry);
       }
     }
+    auto event = scope::make_event(ctx, type, std::move(data));
     // A failing event sink must not go unnoticed (E4): remember it and fail the run.
-    if (auto s = sink.emit(scope::make_event(ctx, type, std::move(data))); !s && report.error.empty()) {
+    if (auto s = sink.emit(event); !s && report.error.empty()) {
       report.error = "events: " + s.error().describe();
     }
+    if (request.hooks.on_event) request.hooks.on_event(ctx, event);  // the Moon, as it happens
   };
   emit("run_started", {{"runtime", manifest::to_string(m.agent.runtime)},
                        {"entrypoint", m.agent.entrypoint},
@@ -261,10 +263,10 @@ RunReport run_pack(const RunRequest& request) {
                        {"rlimit_only", cgroups->rlimit_only()},
                        {"rootless", ::geteuid() != 0},
                        {"path_observation", observe_paths}});
-  // Hands every event of the run to the layer above; a failure there fails the run (E4).
+  // The run's record is complete in the Moon: every event durable (E4). A failure fails the run.
   auto store_events = [&] {
-    if (!request.hooks.after_run) return;
-    if (auto s = request.hooks.after_run(ctx, sink.emitted(), report.violations); !s) {
+    if (!request.hooks.finish) return;
+    if (auto s = request.hooks.finish(); !s) {
       report.error = "moon: " + s.error().describe();
       report.exit_code = kExitSetup;
     }
@@ -274,6 +276,19 @@ RunReport run_pack(const RunRequest& request) {
       report.error = "moon: " + s.error().describe();
       emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
       (void)sink.flush();
+      store_events();
+      return report;
+    }
+  }
+  // No agent runs without its run_started on disk: a run killed from here on is found
+  // dead by the Moon (run_incomplete) instead of leaving no trace.
+  if (request.hooks.wait_durable) {
+    if (auto s = request.hooks.wait_durable(); !s) {
+      report.error = "moon: " + s.error().describe();
+      emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
+      (void)sink.flush();
+      store_events();
+      report.exit_code = kExitSetup;
       return report;
     }
   }
@@ -337,6 +352,10 @@ RunReport run_pack(const RunRequest& request) {
   network.stop();
   if (!outcome) {
     report.error = "supervisor: " + outcome.error().describe();
+    emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
+    (void)sink.flush();
+    store_events();
+    report.exit_code = kExitSetup;
     return report;
   }
   report.outcome = *outcome;

@@ -37,12 +37,15 @@ struct RunHooks {
   // After run_started, before the Comet starts: e.g. warn about and emit pack_flagged.
   // An error refuses the run (125).
   std::function<Status(const scope::RunContext&, const EmitFn&)> before_launch;
-  // After run_finished, with every event of the run: store them durably (E4) and flag the
-  // version after a violation. An error makes the run fail (125): success is never
-  // reported before the events are stored.
-  std::function<Status(const scope::RunContext&, const std::vector<nlohmann::ordered_json>& events,
-                       const std::vector<Violation>& violations)>
-      after_run;
+  // Each event of the run as it is emitted, in order, run_started first (E4: stored as it
+  // happens). Called under the run's event lock: it queues, it must not wait for a disk.
+  std::function<void(const scope::RunContext&, const nlohmann::ordered_json& event)> on_event;
+  // Returns once every event so far is durable: after run_started, before the Comet starts
+  // (no agent runs without its run_started on disk). An error refuses the run (125).
+  std::function<Status()> wait_durable;
+  // After run_finished: every event durable and the run's record complete. An error makes
+  // the run fail (125): success is never reported before the events are stored.
+  std::function<Status()> finish;
 };
 
 struct RunRequest {

@@ -8,11 +8,15 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -255,9 +259,12 @@ TEST_F(MoonDaemon, ARunsEventsAndFlagGoThroughTheDaemon) {
   // Visible from another process, through the daemon...
   auto events = stored({"--run", run_id});
   ASSERT_EQ(events.size(), 4u);
-  EXPECT_EQ(events[0]["type"], "pack_flagged");  // raised first (flag first), by this run
-  EXPECT_EQ(events[1]["type"], "run_started");
+  EXPECT_EQ(events[0]["type"], "run_started");  // durable before the agent started
+  EXPECT_EQ(events[1]["type"], "pack_flagged");  // raised at once (flag first), by this run
   EXPECT_EQ(events[2]["type"], "capability_violation");
+  // The daemon, not the client, attributes the run's events (E5): the peer's uid.
+  EXPECT_EQ(events[0]["soyaosuid"], static_cast<int64_t>(::getuid()));
+  EXPECT_EQ(events[2]["soyaosuid"], static_cast<int64_t>(::getuid()));
   EXPECT_EQ(events[2]["data"]["resource"], "/etc/shadow");
   EXPECT_EQ(events[3]["type"], "run_finished");
   // ... and stored in the daemon's home: the embedded Moon of that home sees them too.
@@ -451,6 +458,120 @@ TEST_F(MoonDaemon, GroupMakesTheSocket0660) {
   bad.start(daemon_home_, {"--socket", sock, "--group", "no-such-group-soyaos"}, dir_.path() / "bad.log");
   EXPECT_EQ(bad.wait(10), 1);
   EXPECT_NE(read_file(dir_.path() / "bad.log").find("no such group"), std::string::npos);
+}
+
+
+// A minimal client of the wire protocol (moon/wire.h), for requests `soyaos` never sends.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), std::min(path.size(), sizeof addr.sun_path - 1));
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+  [[nodiscard]] bool connected() const { return fd_ >= 0; }
+  // One request, one reply (as JSON text, "" when the connection failed).
+  std::string call(const json& req) {
+    const std::string line = req.dump() + "\n";
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
+    std::string reply;
+    char c = 0;
+    while (::read(fd_, &c, 1) == 1 && c != '\n') reply += c;
+    return reply;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+json event_of(const std::string& type, const std::string& run_id, const json& data_extra = json::object()) {
+  json data = {{"run_id", run_id}, {"pack", "comet-probe"}, {"version", "0.1.0"}, {"digest", "sha256:00"}};
+  for (const auto& [k, v] : data_extra.items()) data[k] = v;
+  return {{"specversion", "1.0"}, {"id", "x-" + type}, {"source", "soyaos://forged/comet/" + run_id},
+          {"type", type}, {"time", "2026-12-01T00:00:00.000000Z"}, {"subject", "comet-probe@0.1.0"},
+          {"datacontenttype", "application/json"}, {"data", data}, {"soyaosuid", 0}};
+}
+
+TEST_F(MoonDaemon, AClientOfAnotherUidWritesOnlyIntoRunsItStarted) {
+  // A real run of root's, with a violation and its flag.
+  const fs::path pack = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  auto bad = run(pack.string(), {"read", "/etc/shadow"});
+  ASSERT_EQ(bad.exit_code, 3) << bad.err;
+  const std::string theirs = run_id_of(bad);
+  const size_t before = stored({"--run", theirs}).size();
+  // A daemon of the same home whose socket the group nogroup may use: nobody connects.
+  const std::string sock = (dir_.path() / "peer.sock").string();
+  Daemon d;
+  d.start(daemon_home_, {"--socket", sock, "--group", "nogroup"}, dir_.path() / "peer.log");
+  for (int i = 0; i < 250 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string mine = "01NOBODYRUN0000000000000001";
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(120);
+    RawClient c(sock);
+    if (!c.connected()) ::_exit(121);
+    std::string out;
+    out += c.call({{"op", "append_events"}, {"events", json::array({event_of("capability_violation", theirs)})}}) + "\n";
+    out += c.call({{"op", "run_events"}, {"run_id", theirs}, {"events", json::array({event_of("run_finished", theirs)})}}) + "\n";
+    out += c.call({{"op", "flag"}, {"name", "comet-probe"}, {"version", "0.1.0"}, {"digest", ""}, {"run_id", theirs},
+                   {"violation", event_of("capability_violation", theirs)}}) + "\n";
+    out += c.call({{"op", "run_begin"}, {"run_id", theirs}, {"event", event_of("run_started", theirs)}}) + "\n";
+    // Its own run: accepted, attributed to nobody whatever it claims, flagged as its own.
+    out += c.call({{"op", "run_begin"}, {"run_id", mine}, {"event", event_of("run_started", mine)}}) + "\n";
+    out += c.call({{"op", "run_events"}, {"run_id", mine}, {"events", json::array({event_of("capability_violation", mine)})}}) + "\n";
+    out += c.call({{"op", "run_flag"}, {"run_id", mine}, {"violation", event_of("capability_violation", theirs)}}) + "\n";
+    if (::write(pipefd[1], out.data(), out.size()) != static_cast<ssize_t>(out.size())) ::_exit(122);
+    ::_exit(0);  // the connection drops without run_end: connection_lost
+  }
+  ::close(pipefd[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << " " << read_file(dir_.path() / "peer.log");
+  auto replies = lines(got);
+  ASSERT_EQ(replies.size(), 7u) << got;
+  for (size_t i = 0; i < 4; ++i) {
+    const json r = json::parse(replies[i]);
+    EXPECT_EQ(r["ok"], false) << replies[i];
+    EXPECT_EQ(r["errno"], i == 3 ? EEXIST : EPERM) << replies[i];
+  }
+  EXPECT_EQ(json::parse(replies[4])["ok"], true) << replies[4];
+  EXPECT_EQ(json::parse(replies[5])["ok"], true) << replies[5];
+  EXPECT_EQ(json::parse(replies[6])["ok"], false) << "a flag's reason must be the run's own violation: " << replies[6];
+  // Root's run is untouched; nobody's is attributed to nobody and marked when it dropped.
+  EXPECT_EQ(stored({"--run", theirs}).size(), before);
+  std::vector<json> own;
+  for (int i = 0; i < 250; ++i) {
+    own = stored({"--run", mine});
+    if (own.size() >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(own.size(), 3u);
+  EXPECT_EQ(own[0]["type"], "run_started");
+  EXPECT_EQ(own[0]["soyaosuid"], 65534);
+  EXPECT_EQ(own[0]["soyaosuser"], "nobody");
+  EXPECT_EQ(own[1]["soyaosuid"], 65534);
+  EXPECT_EQ(own[2]["type"], "run_incomplete");
+  EXPECT_EQ(own[2]["data"]["reason"], "connection_lost");
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(15), 0);
 }
 
 }  // namespace

@@ -53,9 +53,10 @@ TEST_F(RunMoonTest, EveryEventOfARunIsStored) {
   ASSERT_EQ(r.exit_code, 3) << r.err;
   auto events = stored({"--pack", "comet-probe"});
   ASSERT_EQ(events.size(), 4u);
-  // The flag is raised (and its event stored) before the run's events: flag first.
-  EXPECT_EQ(events[0]["type"], "pack_flagged");
-  EXPECT_EQ(events[1]["type"], "run_started");
+  // run_started is stored before the agent starts; the flag is raised (and its event
+  // stored) before the batch holding the violation: flag first, at once (E4, C8 (4)).
+  EXPECT_EQ(events[0]["type"], "run_started");
+  EXPECT_EQ(events[1]["type"], "pack_flagged");
   EXPECT_EQ(events[2]["type"], "capability_violation");
   EXPECT_EQ(events[3]["type"], "run_finished");
   EXPECT_EQ(events[2]["data"]["resource"], "/etc/shadow");
