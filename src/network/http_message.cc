@@ -1,0 +1,369 @@
+#include "network/http_message.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace soyaos::network {
+namespace {
+
+bool is_tchar(uint8_t c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+bool is_field_byte(uint8_t c) { return c == '\t' || c == ' ' || (c >= 0x21 && c != 0x7f); }
+
+bool is_token(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); });
+}
+
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string_view trim(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+// The comma-separated elements of every field named `name`, OWS trimmed (RFC 9110 5.6.1).
+std::vector<std::string_view> list_of(const std::vector<std::pair<std::string, std::string>>& fields,
+                                      std::string_view name) {
+  std::vector<std::string_view> out;
+  for (const auto& [n, v] : fields) {
+    if (!iequals(n, name)) continue;
+    std::string_view rest = v;
+    for (;;) {
+      const size_t comma = rest.find(',');
+      const std::string_view e = trim(rest.substr(0, comma));
+      if (!e.empty()) out.push_back(e);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  return out;
+}
+
+bool has_token(const std::vector<std::string_view>& list, std::string_view token) {
+  return std::any_of(list.begin(), list.end(), [&](std::string_view e) { return iequals(e, token); });
+}
+
+HttpResponseParse invalid(std::string reason) {
+  HttpResponseParse p;
+  p.status = ParseStatus::invalid;
+  p.reason = "http response: " + std::move(reason);
+  return p;
+}
+
+bool parse_status_line(std::string_view line, HttpResponseHead& h, std::string& why) {
+  if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ') {
+    why = "status line is not `HTTP/1.x NNN`";
+    return false;
+  }
+  h.minor_version = line[7] - '0';
+  const std::string_view code = line.substr(9, 3);
+  if (!all_digits(code) || code[0] == '0') {
+    why = "status code is not three digits";
+    return false;
+  }
+  h.status = (code[0] - '0') * 100 + (code[1] - '0') * 10 + (code[2] - '0');
+  const std::string_view rest = line.substr(12);
+  if (!rest.empty() && rest.front() != ' ') {
+    why = "status code is not followed by a space";
+    return false;
+  }
+  const std::string_view reason = rest.empty() ? rest : rest.substr(1);
+  if (!std::all_of(reason.begin(), reason.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
+    why = "reason phrase has a control byte";
+    return false;
+  }
+  h.reason = std::string(reason);
+  return true;
+}
+
+bool parse_response_field(std::string_view line, HttpResponseHead& h, size_t* transfer_encodings, std::string& why) {
+  if (line.front() == ' ' || line.front() == '\t') {
+    why = "obsolete line folding";
+    return false;
+  }
+  const size_t colon = line.find(':');
+  const std::string_view name = line.substr(0, colon);
+  if (colon == std::string_view::npos || !is_token(name)) {
+    why = "header field name is not a token";
+    return false;
+  }
+  std::string_view value = line.substr(colon + 1);
+  if (!std::all_of(value.begin(), value.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
+    why = "header field value has a control byte";
+    return false;
+  }
+  value = trim(value);
+  if (iequals(name, "content-length")) {
+    if (!all_digits(value) || value.size() > 18) {
+      why = "Content-Length is not a decimal number";
+      return false;
+    }
+    uint64_t n = 0;
+    (void)std::from_chars(value.data(), value.data() + value.size(), n);  // digits checked, at most 18
+    if (h.content_length && *h.content_length != n) {
+      why = "two different Content-Length values";
+      return false;
+    }
+    h.content_length = n;
+  } else if (iequals(name, "transfer-encoding")) {
+    ++*transfer_encodings;
+  }
+  h.fields.emplace_back(std::string(name), std::string(value));
+  return true;
+}
+
+}  // namespace
+
+std::string_view to_string(BodyKind k) {
+  switch (k) {
+    case BodyKind::none: return "none";
+    case BodyKind::length: return "length";
+    case BodyKind::chunked: return "chunked";
+    case BodyKind::until_close: return "until_close";
+  }
+  return "unknown";
+}
+
+RequestTraitsResult request_traits(const HttpHead& head) {
+  RequestTraitsResult r;
+  RequestTraits& t = r.traits;
+  const auto te = list_of(head.fields, "transfer-encoding");
+  if (head.chunked) {
+    if (te.size() != 1 || !iequals(te.front(), "chunked")) {
+      r.refusal = "a Transfer-Encoding other than exactly `chunked`";
+      return r;
+    }
+    t.body.kind = BodyKind::chunked;
+  } else if (head.content_length && *head.content_length > 0) {
+    t.body = {BodyKind::length, *head.content_length};
+  }
+  const auto upgrade = list_of(head.fields, "upgrade");
+  for (std::string_view u : upgrade) {
+    const std::string_view protocol = u.substr(0, u.find('/'));
+    if (!iequals(protocol, "websocket")) {
+      r.refusal = "`Upgrade: " + std::string(u.substr(0, 40)) + "`: only websocket upgrades are relayed";
+      return r;
+    }
+  }
+  if (!upgrade.empty()) {
+    if (head.method != "GET") {
+      r.refusal = "a websocket upgrade with " + head.method + " (it must be a GET)";
+      return r;
+    }
+    t.upgrade = true;
+  }
+  for (std::string_view e : list_of(head.fields, "expect")) {
+    if (iequals(e, "100-continue")) t.expect_continue = true;
+  }
+  const auto connection = list_of(head.fields, "connection");
+  t.close = has_token(connection, "close") || (head.minor_version == 0 && !has_token(connection, "keep-alive"));
+  return r;
+}
+
+HttpResponseParse parse_http_response_head(std::span<const uint8_t> bytes) {
+  const std::string_view in(reinterpret_cast<const char*>(bytes.data()), std::min(bytes.size(), kHttpMaxHead));
+  HttpResponseParse p;
+  HttpResponseHead& h = p.head;
+  std::string why;
+  size_t at = 0;
+  size_t lines = 0;
+  size_t transfer_encodings = 0;
+  for (;;) {
+    const size_t lf = in.find('\n', at);
+    if (lf == std::string_view::npos) {
+      const std::string_view part = in.substr(at);
+      for (size_t i = 0; i < part.size(); ++i) {
+        const auto c = static_cast<uint8_t>(part[i]);
+        if (c == '\r' && i + 1 < part.size()) return invalid("bare CR");
+        if (c != '\r' && !is_field_byte(c)) return invalid("control byte in the response head");
+      }
+      if (lines == 0 && !part.empty()) {
+        const std::string_view prefix = std::string_view("HTTP/1.").substr(0, std::min<size_t>(part.size(), 7));
+        if (part.substr(0, prefix.size()) != prefix) return invalid("status line is not `HTTP/1.x NNN`");
+      }
+      if (bytes.size() >= kHttpMaxHead) return invalid("head too large");
+      return p;  // need_more
+    }
+    if (lf == at || in[lf - 1] != '\r') return invalid("bare LF");
+    const std::string_view line = in.substr(at, lf - 1 - at);
+    at = lf + 1;
+    if (line.find('\r') != std::string_view::npos) return invalid("bare CR");
+    if (lines == 0) {
+      if (!parse_status_line(line, h, why)) return invalid(why);
+    } else if (line.empty()) {
+      break;
+    } else {
+      if (lines > kHttpMaxFields) return invalid("more than 100 header fields");
+      if (!parse_response_field(line, h, &transfer_encodings, why)) return invalid(why);
+    }
+    ++lines;
+  }
+  if (transfer_encodings > 0) {
+    const auto te = list_of(h.fields, "transfer-encoding");
+    if (te.empty()) return invalid("an empty Transfer-Encoding");
+    if (h.content_length) return invalid("both Content-Length and Transfer-Encoding");
+    h.chunked = iequals(te.back(), "chunked");
+    h.other_coding = !h.chunked;
+  }
+  h.head_size = at;
+  p.status = ParseStatus::complete;
+  return p;
+}
+
+BodyFraming response_body(std::string_view request_method, const HttpResponseHead& head) {
+  if (request_method == "HEAD" || head.status < 200 || head.status == 204 || head.status == 304) return {};
+  if (request_method == "CONNECT" && head.status < 300) return {};
+  if (head.chunked) return {BodyKind::chunked, 0};
+  if (head.other_coding) return {BodyKind::until_close, 0};
+  if (head.content_length) {
+    if (*head.content_length == 0) return {};
+    return {BodyKind::length, *head.content_length};
+  }
+  return {BodyKind::until_close, 0};
+}
+
+bool response_is_upgrade(const HttpResponseHead& head) {
+  if (head.status != 101 || !has_token(list_of(head.fields, "connection"), "upgrade")) return false;
+  const auto upgrade = list_of(head.fields, "upgrade");
+  return std::any_of(upgrade.begin(), upgrade.end(),
+                     [](std::string_view u) { return iequals(u.substr(0, u.find('/')), "websocket"); });
+}
+
+BodyFramer::BodyFramer(BodyFraming framing) : kind_(framing.kind) {
+  switch (framing.kind) {
+    case BodyKind::none: state_ = State::done; break;
+    case BodyKind::length:
+      remaining_ = framing.length;
+      state_ = remaining_ == 0 ? State::done : State::length;
+      break;
+    case BodyKind::chunked: state_ = State::size_line; break;
+    case BodyKind::until_close: state_ = State::until_close; break;
+  }
+}
+
+// The chunk-size line is complete (in line_): RFC 9112 7.1, chunk-size [ chunk-ext ].
+std::string BodyFramer::end_line(bool* last_chunk) {
+  const std::string_view line = line_;
+  size_t digits = 0;
+  const auto hex = [](char c) { return (c >= '0' && c <= '9') || (lower(c) >= 'a' && lower(c) <= 'f'); };
+  while (digits < line.size() && hex(line[digits])) ++digits;
+  if (digits == 0) return "chunk size is not hexadecimal";
+  if (digits > 16) return "chunk size too large";
+  uint64_t size = 0;
+  (void)std::from_chars(line.data(), line.data() + digits, size, 16);  // at most 16 hex digits: fits
+  // chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS value ] ): only printable bytes, after a `;`.
+  std::string_view ext = line.substr(digits);
+  while (!ext.empty() && (ext.front() == ' ' || ext.front() == '\t')) ext.remove_prefix(1);
+  if (!ext.empty() && ext.front() != ';') return "bytes after the chunk size that are not an extension";
+  if (!std::all_of(ext.begin(), ext.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
+    return "chunk extension has a control byte";
+  }
+  *last_chunk = size == 0;
+  remaining_ = size;
+  return "";
+}
+
+// A trailer line is complete: empty ends the message, otherwise a field line.
+std::string BodyFramer::end_trailer_line(bool* end) {
+  const std::string_view line = line_;
+  if (line.empty()) {
+    *end = true;
+    return "";
+  }
+  if (++trailer_fields_ > kHttpMaxFields) return "more than 100 trailer fields";
+  if (line.front() == ' ' || line.front() == '\t') return "obsolete line folding in the trailer section";
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) return "trailer field name is not a token";
+  const std::string_view value = line.substr(colon + 1);
+  if (!std::all_of(value.begin(), value.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
+    return "trailer field value has a control byte";
+  }
+  return "";
+}
+
+BodyFramer::Step BodyFramer::feed(std::span<const uint8_t> in) {
+  Step s;
+  size_t i = 0;
+  auto fail = [&](std::string why) {
+    s.consumed = i;
+    s.error = "chunked body: " + std::move(why);
+    return s;
+  };
+  while (i < in.size() && state_ != State::done) {
+    switch (state_) {
+      case State::length: {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, in.size() - i));
+        i += n;
+        remaining_ -= n;
+        if (remaining_ == 0) state_ = State::done;
+        break;
+      }
+      case State::until_close: i = in.size(); break;
+      case State::data: {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, in.size() - i));
+        i += n;
+        remaining_ -= n;
+        if (remaining_ == 0) state_ = State::data_cr;
+        break;
+      }
+      case State::data_cr:
+        if (in[i++] != '\r') return fail("chunk data is not followed by CRLF");
+        state_ = State::data_lf;
+        break;
+      case State::data_lf:
+        if (in[i++] != '\n') return fail("chunk data is not followed by CRLF");
+        state_ = State::size_line;
+        break;
+      case State::size_line:
+      case State::trailer_line: {
+        const uint8_t c = in[i++];
+        const bool trailer = state_ == State::trailer_line;
+        if (trailer && ++trailer_bytes_ > kMaxTrailers) return fail("trailer section too large");
+        if (line_cr_) {
+          if (c != '\n') return fail("bare CR");
+          line_cr_ = false;
+          std::string why;
+          if (trailer) {
+            bool end = false;
+            why = end_trailer_line(&end);
+            if (why.empty() && end) state_ = State::done;
+          } else {
+            bool last = false;
+            why = end_line(&last);
+            if (why.empty()) state_ = last ? State::trailer_line : State::data;
+          }
+          line_.clear();
+          if (!why.empty()) return fail(why);
+          break;
+        }
+        if (c == '\r') {
+          line_cr_ = true;
+        } else if (c == '\n') {
+          return fail("bare LF");
+        } else {
+          if (line_.size() >= kMaxChunkLine) return fail(trailer ? "trailer line too long" : "chunk-size line too long");
+          line_ += static_cast<char>(c);
+        }
+        break;
+      }
+      case State::done: break;
+    }
+  }
+  s.consumed = i;
+  s.done = state_ == State::done;
+  return s;
+}
+
+}  // namespace soyaos::network
