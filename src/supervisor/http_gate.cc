@@ -1,0 +1,159 @@
+#include "supervisor/http_gate.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "policy/http_rules.h"
+
+namespace soyaos::supervisor {
+namespace {
+
+GateDecision refuse(GateDecision d, std::string rule, std::string reason) {
+  d.allowed = false;
+  d.rule = std::move(rule);
+  d.reason = std::move(reason);
+  d.upstream_head.clear();
+  return d;
+}
+
+// Bytes a secret's value may have where a placeholder stood. In the request line: visible
+// ASCII without the bytes that would change the target's structure (`/ ? # % \`), so a value
+// can never add a path segment or a query the rules did not see. In a field value: field
+// bytes (RFC 9110 5.5) without leading or trailing whitespace questions: no control bytes.
+bool fits_request_line(std::string_view v) {
+  return std::all_of(v.begin(), v.end(), [](char c) {
+    const auto u = static_cast<uint8_t>(c);
+    return u >= 0x21 && u <= 0x7e && std::string_view("/?#%\\").find(c) == std::string_view::npos;
+  });
+}
+
+bool fits_field_value(std::string_view v) {
+  return std::all_of(v.begin(), v.end(), [](char c) {
+    const auto u = static_cast<uint8_t>(c);
+    return u == '\t' || u == ' ' || (u >= 0x21 && u != 0x7f);
+  });
+}
+
+// Replaces every bound placeholder in `s`; false (with `why`) when a value cannot stand there.
+bool swap_placeholders(std::string& s, const std::vector<HttpSecretBinding>& secrets, bool request_line,
+                       std::string* why) {
+  for (const HttpSecretBinding& b : secrets) {
+    if (!b.bound_to_this_host || b.placeholder.empty()) continue;
+    size_t at = s.find(b.placeholder);
+    if (at == std::string::npos) continue;
+    if (!(request_line ? fits_request_line(b.value) : fits_field_value(b.value))) {
+      *why = "the value of the secret behind `" + b.placeholder + "` has bytes a " +
+             (request_line ? "request line" : "header field") + " cannot carry";
+      return false;
+    }
+    while (at != std::string::npos) {
+      s.replace(at, b.placeholder.size(), b.value);
+      at = s.find(b.placeholder, at + b.value.size());
+    }
+  }
+  return true;
+}
+
+std::string expected_host(const HttpExchangePolicy& p) {
+  if (p.host.find(':') != std::string::npos && p.host.front() != '[') return "[" + p.host + "]";
+  return p.host;
+}
+
+}  // namespace
+
+GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchangePolicy& policy) {
+  GateDecision d;
+  const std::string& entry = policy.manifest_entry;
+  if (parse.status != network::ParseStatus::complete) {
+    return refuse(std::move(d), entry, "not a valid HTTP/1.x request" + (parse.reason.empty() ? "" : ": " + parse.reason));
+  }
+  const network::HttpHead& h = parse.head;
+  d.method = h.method;
+  const policy::TargetParts target = policy::split_target(h.target);
+  d.path = std::string(target.path.substr(0, 256));
+  if (h.target_form == network::TargetForm::absolute || h.target_form == network::TargetForm::authority) {
+    return refuse(std::move(d), entry,
+                  "a proxy-style request (" + std::string(network::to_string(h.target_form)) +
+                      " target): the gateway is not a proxy");
+  }
+  const std::string want = expected_host(policy);
+  if (h.host != want || (h.port && *h.port != policy.port)) {
+    return refuse(std::move(d), entry,
+                  "Host `" + h.host + (h.port ? ":" + std::to_string(*h.port) : "") + "` does not match `" + want +
+                      "`");
+  }
+  if (std::string why = network::http_entry_refusal(h); !why.empty()) return refuse(std::move(d), entry, why);
+  const network::RequestTraitsResult traits = network::request_traits(h);
+  if (!traits.refusal.empty()) return refuse(std::move(d), entry, traits.refusal);
+  d.traits = traits.traits;
+
+  std::string line_target;
+  if (h.target_form == network::TargetForm::asterisk) {
+    if (!policy.rules.empty()) return refuse(std::move(d), entry, "`OPTIONS *` names no path an http rule can allow");
+    line_target = "*";
+  } else {
+    const policy::NormalisedPath n = policy::normalise_http_path(target.path);
+    if (!n.ok()) return refuse(std::move(d), entry, n.reason);
+    d.path = n.path;
+    const policy::HttpRuleMatch m = policy::match_http_rules(h.method, n.path, policy.rules, entry);
+    d.rule = m.rule;
+    if (!m.allowed) return refuse(std::move(d), m.rule, m.reason);
+    line_target = n.path;
+    if (target.has_query) line_target += "?" + std::string(target.query);
+  }
+  if (d.rule.empty()) d.rule = entry;
+
+  // A placeholder the gateway can read but whose secret is not bound here: someone is trying
+  // to send it elsewhere. Refused wherever it is in the head (names included).
+  for (const HttpSecretBinding& b : policy.secrets) {
+    if (b.bound_to_this_host || b.placeholder.empty()) continue;
+    bool found = h.target.find(b.placeholder) != std::string::npos;
+    for (const auto& [name, value] : h.fields) {
+      found = found || name.find(b.placeholder) != std::string::npos || value.find(b.placeholder) != std::string::npos;
+    }
+    if (found) {
+      return refuse(std::move(d), entry,
+                    "a placeholder of a secret that is not bound to " + policy.host + " (`" + b.placeholder + "`)");
+    }
+  }
+
+  std::string why;
+  if (!swap_placeholders(line_target, policy.secrets, true, &why)) return refuse(std::move(d), entry, why);
+  std::string out;
+  out.reserve(h.head_size + 256);
+  out += h.method;
+  out += ' ';
+  out += line_target;
+  out += h.minor_version == 0 ? " HTTP/1.0\r\n" : " HTTP/1.1\r\n";
+  for (const auto& [name, value] : h.fields) {
+    std::string v = value;
+    if (!swap_placeholders(v, policy.secrets, false, &why)) return refuse(std::move(d), entry, why);
+    out += name;
+    out += ": ";
+    out += v;
+    out += "\r\n";
+  }
+  out += "\r\n";
+  d.upstream_head = std::move(out);
+  d.allowed = true;
+  return d;
+}
+
+std::string denied_response(const std::string& rule, const std::string& reason) {
+  const nlohmann::ordered_json body_json = {{"error", "soyaos_denied"}, {"rule", rule}, {"reason", reason}};
+  const std::string body = body_json.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
+  // The header carries the rule's key path only: built from the manifest's keys, it has no
+  // byte a field value cannot hold; the reason (which may quote the agent's bytes) is in the
+  // JSON body, escaped.
+  std::string header_rule;
+  for (char c : rule) {
+    const auto u = static_cast<uint8_t>(c);
+    header_rule += (u >= 0x20 && u < 0x7f) ? c : '?';
+  }
+  return "HTTP/1.1 403 Forbidden\r\nx-soyaos-denied: " + header_rule +
+         "\r\ncontent-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
+         "\r\nconnection: close\r\n\r\n" + body;
+}
+
+}  // namespace soyaos::supervisor
