@@ -5,7 +5,11 @@
 // them all: the first kMaxRepeatEvents violations are each an event; after that a
 // violation of a (surface, access, resource) not seen before is still an event (a flood
 // of repeats never hides a new resource), and repeats are aggregated per key (count,
-// first and last time); past kMaxDistinct keys, new ones are only counted (dropped).
+// first and last time); past kMaxDistinct keys, the first new resource of each *area*
+// (surface, access and the resource's area: for a path its directory, at most two levels
+// deep; for a network name its last two labels) is still an event, for up to kMaxAreas
+// areas, so a flood of distinct decoys in a few places never hides a resource elsewhere
+// (issue #17); past both bounds a violation is only counted (dropped).
 // Resources and details are cut to kMaxResourceBytes. docs/events.md documents the bounds.
 #pragma once
 
@@ -14,6 +18,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +29,7 @@ namespace soyaos::supervisor {
 
 inline constexpr size_t kMaxRepeatEvents = 1000;
 inline constexpr size_t kMaxDistinct = 1000;
+inline constexpr size_t kMaxAreas = 1000;
 inline constexpr size_t kMaxResourceBytes = 1024;
 
 class ViolationLog {
@@ -40,6 +46,9 @@ class ViolationLog {
 
   // Cuts the agent-chosen strings of `v` to the bounds and makes them valid UTF-8.
   static Violation bounded(const Violation& v);
+  // The area of a resource: "/root/.ssh/id" -> "/root/.ssh", "/tmp/x" -> "/tmp";
+  // "dns:a.b.evil.com" -> "dns:evil.com", "x.evil.com:443/https" -> "evil.com:443/https".
+  static std::string area_of(const std::string& surface, const std::string& resource);
 
   // Records one (already bounded) violation seen at `time`; true when it is to be emitted
   // as its own capability_violation event.
@@ -62,6 +71,7 @@ class ViolationLog {
   std::vector<Violation> emitted_;
   std::unordered_map<std::string, size_t> index_;  // key text -> aggregates_ slot
   std::vector<Aggregate> aggregates_;              // one per distinct key (count may be 0)
+  std::unordered_set<std::string> areas_;          // areas seen past kMaxDistinct
   std::map<std::string, uint64_t> by_surface_;
 };
 

@@ -13,6 +13,7 @@ using nlohmann::json;
 // Bounds from src/supervisor/violation_log.h (docs/events.md).
 constexpr size_t kMaxRepeatEvents = 1000;
 constexpr size_t kMaxDistinct = 1000;
+constexpr size_t kMaxAreas = 1000;
 constexpr size_t kMaxResourceBytes = 1024;
 
 class EscapeReportTest : public EscapeTest {
@@ -253,6 +254,27 @@ TEST_F(EscapeReportTest, SetIdModesNewerFsSyscallsAndClone3AreRefusedAndReported
 
 // ---- a flood of violations stays bounded in memory, events and stderr ---------------------
 
+TEST_F(EscapeReportTest, DistinctDecoysDoNotHideTheRealRead) {
+  // Issue #17: 1,000 decoy violations hid a ~/.ssh read. 20,000 distinct decoys (20 times
+  // the distinct bound) in one directory, then the real read elsewhere.
+  auto run = attack({"decoys", "20000"});
+  ASSERT_EQ(run.get("group.end"), "ok") << run.context();
+  EXPECT_EQ(run.get("decoys.real"), "ENOENT");
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  const json finished = run_finished(run);
+  ASSERT_TRUE(finished.is_object()) << "no run_finished";
+  EXPECT_EQ(finished.value("violations", uint64_t{0}), 20001u);
+  EXPECT_GT(finished["events_dropped"].value("capability_violation", uint64_t{0}), 18000u) << finished.dump();
+  // Findable where a responder looks: the Moon, by type.
+  const std::string run_id = finished.value("run_id", "");
+  auto q = run_soyaos({"scope", "query", "--run", run_id, "--type", "capability_violation", "--format", "json"},
+                      extra_env_, dir_.path());
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NE(q.out.find("\"resource\":\"/root/.ssh/id_ed25519\""), std::string::npos)
+      << "the real read is not among the stored violations";
+  EXPECT_TRUE(find_violation(run, "/root/.ssh/id_ed25519", "read", "ENOENT").has_value());
+}
+
 TEST_F(EscapeReportTest, ViolationFloodIsBoundedAggregatedAndCounted) {
   std::atomic<bool> stop{false};
   long hwm = 0;
@@ -273,7 +295,7 @@ TEST_F(EscapeReportTest, ViolationFloodIsBoundedAggregatedAndCounted) {
   // Every attempt counted; at most the documented number of events.
   EXPECT_EQ(finished.value("violations", uint64_t{0}), tried);
   EXPECT_EQ(finished["violations_by_surface"].value("fs", uint64_t{0}), tried);
-  EXPECT_LE(violations.size(), kMaxRepeatEvents + kMaxDistinct);
+  EXPECT_LE(violations.size(), kMaxRepeatEvents + kMaxDistinct + kMaxAreas);
   // Distinct resources past the bound are dropped and counted per type (E4).
   const uint64_t dropped = finished["events_dropped"].value("capability_violation", uint64_t{0});
   EXPECT_GT(dropped, 0u) << finished.dump();

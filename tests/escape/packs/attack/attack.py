@@ -1499,6 +1499,23 @@ def violation_flood(args):
     report("flood.tried", "ok %d" % (sum(counts) + 1))
 
 
+def decoys(args):
+    """Hides one real read behind COUNT distinct decoy violations (issue #17: 1,000 decoys
+    hid a ~/.ssh read): every decoy a new path in one directory, then the real one."""
+    count = int(args[0]) if args else 20000
+    for i in range(count):
+        try:
+            os.open("/srv/decoy-%d" % i, os.O_RDONLY)
+        except OSError:
+            pass
+    try:
+        os.open("/root/.ssh/id_ed25519", os.O_RDONLY)
+        report("decoys.real", "opened")
+    except OSError as e:
+        report("decoys.real", errno.errorcode.get(e.errno, str(e.errno)))
+    report("decoys.tried", "ok %d" % (count + 1))
+
+
 def hostile_names(args):
     """Outputs whose names the supervisor must print and store safely: escape sequences,
     bidi overrides, bytes that are not UTF-8, and many uncollectable entries."""
@@ -1605,7 +1622,7 @@ def group_netlink(args):
 GROUPS = {"exec": group_exec, "seccomp": group_seccomp, "sweep": group_sweep, "observer": group_observer,
           "observer2": group_observer2, "fs": group_fs, "ipc": group_ipc, "resources": group_resources,
           "info": group_info, "net": group_net, "netstar": group_netstar,
-          "report": group_report, "modes": group_modes, "vflood": violation_flood, "names": hostile_names, "netlink": group_netlink}
+          "report": group_report, "modes": group_modes, "vflood": violation_flood, "decoys": decoys, "names": hostile_names, "netlink": group_netlink}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in GROUPS:
