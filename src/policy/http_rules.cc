@@ -37,10 +37,11 @@ std::vector<std::string_view> split_segments(std::string_view s) {
   return out;
 }
 
-// Segments for matching: a trailing empty segment (a trailing `/`) is not one.
+// Segments for matching: a trailing `/` is a last, empty segment (`/dir/` is not `/dir`), and
+// the root `/` is no segment at all.
 std::vector<std::string_view> match_segments(std::string_view s) {
   std::vector<std::string_view> out = split_segments(s);
-  if (!out.empty() && out.back().empty()) out.pop_back();
+  if (out.size() == 1 && out.front().empty()) out.clear();
   return out;
 }
 
@@ -125,7 +126,6 @@ TargetParts split_target(std::string_view target) {
 std::string http_pattern_error(std::string_view pattern) {
   if (pattern.empty() || pattern.front() != '/') return "a path pattern starts with `/`";
   if (pattern.find('?') != std::string_view::npos) return "a path pattern has no query (`?`): queries are not matched";
-  if (pattern.size() > 1 && pattern.back() == '/') return "a path pattern does not end with `/`";
   const NormalisedPath n = normalise_http_path(pattern);
   if (!n.ok()) return n.reason;
   if (n.path != pattern) return "the path pattern is not normalised (write `" + n.path + "`)";
@@ -147,7 +147,7 @@ bool http_path_matches(std::string_view pattern, std::string_view normalised_pat
   const size_t fixed = rest ? pat.size() - 1 : pat.size();
   if (rest ? path.size() < fixed : path.size() != fixed) return false;
   for (size_t i = 0; i < fixed; ++i) {
-    if (pat[i] != "*" && pat[i] != path[i]) return false;
+    if (pat[i] == "*" ? path[i].empty() : pat[i] != path[i]) return false;
   }
   return true;
 }

@@ -42,9 +42,9 @@ TargetParts split_target(std::string_view target);
 // whole segment, `**` only as the whole last segment). For manifest validation and the matcher.
 std::string http_pattern_error(std::string_view pattern);
 
-// Whether a normalised path matches a pattern: whole segments, `*` = exactly one segment,
-// a trailing `/**` = any number of further segments (zero included: `/v1/**` covers `/v1`).
-// A trailing `/` on the path does not change the match (`/v1/models/` is `/v1/models`).
+// Whether a normalised path matches a pattern: whole segments, `*` = exactly one non-empty
+// segment, a trailing `/**` = any number of further segments (zero included: `/v1/**` covers
+// `/v1` and `/v1/`). A trailing `/` is significant (docs/manifest.md): `/dir/` is not `/dir`.
 bool http_path_matches(std::string_view pattern, std::string_view normalised_path);
 
 struct HttpRuleMatch {

@@ -124,7 +124,7 @@ TEST(HttpPattern, Validation) {
   EXPECT_EQ(http_pattern_error("/**"), "");
   EXPECT_EQ(http_pattern_error("/"), "");
   EXPECT_NE(http_pattern_error("v1"), "");
-  EXPECT_NE(http_pattern_error("/v1/"), "");
+  EXPECT_EQ(http_pattern_error("/v1/"), "");
   EXPECT_NE(http_pattern_error("/v1/mod*"), "");
   EXPECT_NE(http_pattern_error("/v1/**/x"), "");
   EXPECT_NE(http_pattern_error("/v1/../x"), "");
@@ -136,7 +136,9 @@ TEST(HttpPattern, Validation) {
 
 TEST(HttpPattern, WholeSegmentMatching) {
   EXPECT_TRUE(http_path_matches("/v1/messages", "/v1/messages"));
-  EXPECT_TRUE(http_path_matches("/v1/messages", "/v1/messages/"));  // a trailing `/` is the same resource
+  EXPECT_FALSE(http_path_matches("/v1/messages", "/v1/messages/"));  // a trailing `/` is significant
+  EXPECT_TRUE(http_path_matches("/v1/messages/", "/v1/messages/"));
+  EXPECT_FALSE(http_path_matches("/v1/messages/", "/v1/messages"));
   EXPECT_FALSE(http_path_matches("/v1/messages", "/v1/messagesX"));
   EXPECT_FALSE(http_path_matches("/v1/messages", "/v1/messages/x"));
   EXPECT_FALSE(http_path_matches("/v1/messages", "/v1"));
@@ -200,7 +202,7 @@ TEST(HttpRules, WrongPathNamesTheEntry) {
 }
 
 TEST(HttpRules, PatternsAreComparedNormalised) {
-  const std::vector<manifest::HttpRule> r = {{"GET", "/%7euser/files/", "k0", {}}};
+  const std::vector<manifest::HttpRule> r = {{"GET", "/%7euser//files", "k0", {}}};
   EXPECT_TRUE(match_http_rules("GET", "/~user/files", r, "e").allowed);
   EXPECT_FALSE(match_http_rules("GET", "/~user/other", r, "e").allowed);
 }
