@@ -4,9 +4,11 @@
 //      which entries each tool uses and which tools are not covered;
 //   3. pair uncovered tools with unused entries of the same kind (SP102, SP104);
 //   4. report what is left (SP101, SP103, SP105, SP106), the read-only rules (SP107,
-//      SP108) and, with --strict, the least-privilege rules (SP110-SP115).
+//      SP108), the secrets rules (SP120, SP121, secret_rules.cc) and, with --strict, the
+//      least-privilege rules (SP110-SP115).
 // Entries that are part of a pair are reported by no other rule.
 #include "lint/lint.h"
+#include "lint/secret_rules.h"
 
 #include <arpa/inet.h>
 
@@ -173,6 +175,7 @@ class Linter {
     pair_fs(caps.fs_write, write_used_, write_paired_, uncovered_write_, "capabilities.fs.write");
     report_unused();
     report_read_only();
+    detail::lint_secrets(m_, out_);  // SP120, SP121
     if (o_.strict) {
       report_hosts();
       report_not_exercised();

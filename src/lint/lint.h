@@ -4,6 +4,8 @@
 // source for `--explain`, the SARIF rule list and docs/lint-rules.md.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +45,18 @@ struct Finding {
 // host, fs prefixes by walking the ancestors of a tool's path; every candidate is then
 // confirmed with manifest::host_matches / path_covers, the functions enforcement uses.
 std::vector<Finding> lint(const manifest::Manifest& m, const LintOptions& options = {});
+
+// SP121's heuristics (docs/lint-rules.md): why `text` looks like a credential ("an
+// Anthropic API key (sk-ant-...)", "a high-entropy token ..."), or nullopt. Known key
+// prefixes at a word boundary with a long enough tail, PEM private keys, JSON Web Tokens,
+// URLs with a password, and tokens of at least kCredentialMinLength characters of
+// [A-Za-z0-9+/_=-] with letters and digits, at least kCredentialMinEntropy bits of Shannon
+// entropy per character and at least kCredentialMinClassChanges of their adjacent
+// letter/digit pairs changing class (upper, lower, digit).
+inline constexpr std::size_t kCredentialMinLength = 20;
+inline constexpr double kCredentialMinEntropy = 4.0;
+inline constexpr double kCredentialMinClassChanges = 0.3;
+std::optional<std::string> looks_like_credential(std::string_view text);
 
 // ---- the rule table --------------------------------------------------------------------
 

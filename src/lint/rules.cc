@@ -10,7 +10,7 @@
 namespace soyaos::lint {
 namespace {
 
-constexpr std::array<RuleInfo, 15> kRules = {{
+constexpr std::array<RuleInfo, 17> kRules = {{
     {"SP100", "manifest-invalid", Severity::error, false,
      "The manifest does not validate (SPEC.md M1-M6), so nothing else can be checked.",
      "Lint reasons about a typed manifest; a manifest that `soyaos pack validate` rejects has no "
@@ -148,6 +148,37 @@ constexpr std::array<RuleInfo, 15> kRules = {{
      "tools:\n  post: {kind: builtin.http_post, url: https://hooks.example.com/x}\n"
      "capabilities:\n  determinism_tier: read-only\n"
      "# err   determinism_tier is read-only but the pack needs side-effect"},
+    {"SP120", "secret-host-uncovered", Severity::error, false,
+     "A secret is bound to a host that no https or http egress entry covers.",
+     "A secret's real value is only ever sent by the egress gateway, which substitutes it for the "
+     "agent's placeholder in requests it can read: those of an https or http entry for that host (C11). "
+     "Without such an entry the agent cannot reach the host at all, or reaches it only through a tcp "
+     "entry or the Moon proxy, where nothing is substituted: the secret is useless there and the binding "
+     "is most likely a typo.",
+     "Add an https (or http) egress entry for the host, or correct the host in `secrets.NAME.hosts`.",
+     "secrets:\n  API_KEY: {hosts: [api.example.com]}\ncapabilities:\n  egress:\n"
+     "    - {host: api.example.org, port: 443, protocol: https}\n"
+     "# err   secrets.API_KEY is bound to `api.example.com` but no https or http capabilities.egress entry "
+     "covers it"},
+    {"SP121", "credential-literal", Severity::error, false,
+     "A value in agent.env, agent.args, an example's args or a tool's url looks like a credential.",
+     "A pack is pushed, pulled, cached and shown by `pack inspect` in plain text: a key written into it is "
+     "published with it (M7), and the agent holds the real value in its memory. Recognised: known key "
+     "prefixes at a word boundary with a long enough tail (sk-, sk-ant-, ghp_, gho_, ghu_, ghs_, ghr_, "
+     "github_pat_, xoxb-/xoxp-/xoxa-/xoxr-/xoxs-, glpat-, AIza, AKIA/ASIA, hf_, npm_), PEM private keys "
+     "(-----BEGIN ... PRIVATE KEY-----), JSON Web Tokens (eyJ...), URLs with a password "
+     "(scheme://user:password@host), and high-entropy tokens: at least 20 characters of [A-Za-z0-9+/_=-] "
+     "with letters and digits, at least 4.0 bits of Shannon entropy per character, and at least 30% of "
+     "adjacent letter/digit pairs changing class (upper, lower, digit), which model names and dated "
+     "versions (claude-3-5-sonnet-20241022, Mixtral-8x7B-Instruct) do not reach. Hex strings (digests, "
+     "UUIDs) stay below 4.0 bits. The finding names the kind, never the value. `pack push` refuses a pack "
+     "with this error.",
+     "Declare the credential under `secrets:` with the hosts it is for, read it from the environment "
+     "variable of that name in the agent, and supply the value at run time (`--secret NAME` or "
+     "`soyaos secret set NAME`). Rotate a key that was already pushed.",
+     "agent:\n  env: {ANTHROPIC_API_KEY: sk-ant-api03-AbCdEf0123456789AbCdEf}\n"
+     "# err   agent.env.ANTHROPIC_API_KEY holds what looks like an Anthropic API key (sk-ant-...); declare it "
+     "under secrets: instead"},
 }};
 
 bool iequals(std::string_view a, std::string_view b) {
