@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "common/text.h"
+#include "manifest/manifest.h"
 #include "moon/backend.h"
 
 namespace soyaos::cli {
@@ -118,6 +119,28 @@ int run_list(const std::string& format) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
+// C11/M7/M8 at a glance: the secrets the pack declares (names and hosts: a pack never holds
+// a value) and the http rules of its egress entries. Empty objects when the stored
+// manifest does not parse (it was valid when pushed).
+json secrets_summary(const std::string& manifest_text) {
+  json secrets = json::array(), rules = json::array();
+  auto parsed = manifest::parse_manifest(manifest_text, "soyapack.yaml");
+  if (parsed.manifest) {
+    for (const auto& d : parsed.manifest->secrets) secrets.push_back({{"name", d.name}, {"hosts", d.hosts}});
+    for (const auto& e : parsed.manifest->capabilities.egress) {
+      if (e.http.empty()) continue;
+      json list = json::array();
+      for (const auto& r : e.http) list.push_back({{"method", r.method}, {"path", r.path}});
+      rules.push_back({{"entry", e.key_path},
+                       {"host", e.host},
+                       {"port", e.port},
+                       {"protocol", manifest::to_string(e.protocol)},
+                       {"rules", std::move(list)}});
+    }
+  }
+  return {{"secrets", std::move(secrets)}, {"http_rules", std::move(rules)}};
+}
+
 int run_inspect(const std::string& ref_text, const std::string& format) {
   auto ref = ref_or_usage("inspect", ref_text);
   if (!ref) return kExitUsage;
@@ -130,6 +153,7 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
   if (!flags) return fail("inspect", flags.error());
   bool flagged = false;
   for (const auto& f : *flags) flagged = flagged || f.active;
+  const json summary = secrets_summary(p->manifest);
   if (format == "json") {
     json fl = json::array();
     for (const auto& f : *flags) {
@@ -158,6 +182,8 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
                 {"pushed_at", p->pushed_at},
                 {"flagged", flagged},
                 {"flags", std::move(fl)},
+                {"secrets", summary["secrets"]},
+                {"http_rules", summary["http_rules"]},
                 {"manifest", manifest ? *manifest : json(nullptr)},
                 {"manifest_text", p->manifest}};
     std::printf("%s\n", doc.dump(2).c_str());
@@ -185,6 +211,28 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
       if (f.name != p->name || f.version != p->version) as = "  (as " + f.name + "@" + f.version + ")";
       std::printf("  %s  run %s%s  [%s]  %s\n", f.flagged_at.c_str(), f.run_id.c_str(), as.c_str(), state.c_str(),
                   escape_for_terminal(violation_summary(f.violation)).c_str());
+    }
+  }
+  // Secrets: names and the hosts their values may go to; values are never in a pack.
+  if (!summary["secrets"].empty()) {
+    std::printf("secrets:\n");
+    for (const auto& d : summary["secrets"]) {
+      std::string hosts;
+      for (const auto& h : d["hosts"]) hosts += (hosts.empty() ? "" : ", ") + h.get<std::string>();
+      std::printf("  %s  -> %s\n", escape_for_terminal(d["name"].get<std::string>()).c_str(),
+                  escape_for_terminal(hosts).c_str());
+    }
+  }
+  if (!summary["http_rules"].empty()) {
+    std::printf("http rules:\n");
+    for (const auto& e : summary["http_rules"]) {
+      std::string rules;
+      for (const auto& r : e["rules"]) {
+        rules += (rules.empty() ? "" : ", ") + r["method"].get<std::string>() + " " + r["path"].get<std::string>();
+      }
+      std::printf("  %s  %s:%d/%s  %s\n", e["entry"].get<std::string>().c_str(),
+                  escape_for_terminal(e["host"].get<std::string>()).c_str(), e["port"].get<int>(),
+                  e["protocol"].get<std::string>().c_str(), escape_for_terminal(rules).c_str());
     }
   }
   std::printf("manifest:\n");

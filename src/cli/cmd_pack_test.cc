@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/run_moon.h"
+#include "cli/run_secrets.h"
 #include "common/text.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
@@ -39,6 +40,7 @@ struct TestArgs {
   std::string pack = ".";
   bool strict = false;
   std::string format = "text";
+  std::vector<std::string> secrets;  // --secret
 };
 
 struct ExampleResult {
@@ -153,7 +155,7 @@ std::string violation_text(const supervisor::Violation& v) {
 
 ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
                           const supervisor::RunHooks& hooks, const policy::OperatorNetwork& network,
-                          std::vector<bool>& read_hit,
+                          const std::vector<policy::RunSecret>& secrets, std::vector<bool>& read_hit,
                           std::vector<bool>& write_hit, std::vector<bool>& egress_hit) {
   ExampleResult r;
   r.name = ex.name;
@@ -173,6 +175,15 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
   req.capture_output = true;
   req.hooks = hooks;
   req.network = network;
+  // C11: the same values, a fresh placeholder per run.
+  auto run_secrets = secrets_for_another_run(secrets);
+  if (!run_secrets) {
+    r.not_started = true;
+    r.exit_code = supervisor::kExitSetup;
+    r.reason = "secrets: " + run_secrets.error().describe();
+    return r;
+  }
+  req.secrets = std::move(*run_secrets);
 
   auto start = std::chrono::steady_clock::now();
   auto report = supervisor::run_pack(req);
@@ -272,6 +283,13 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
                  m.name.c_str(), m.version.c_str());
     return 1;
   }
+  // C11: every declared secret's value, before any example runs (2: a bad --secret; 125: a
+  // value that cannot be found).
+  auto secrets = resolve_secrets(m, a.secrets, *home);
+  if (secrets.exit_code != 0) {
+    std::fprintf(stderr, "soyaos pack test: %s\n", secrets.error.c_str());
+    return secrets.exit_code;
+  }
   auto hooks = moon_run_hooks(*home);
   if (!hooks) {
     std::fprintf(stderr, "soyaos pack test: moon: %s\n", hooks.error().describe().c_str());
@@ -285,7 +303,7 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   int passed = 0, failed = 0;
   bool not_started = false;
   for (const auto& ex : m.examples) {
-    auto r = run_example(m, ex, pack_dir, *hooks, network, read_hit, write_hit, egress_hit);
+    auto r = run_example(m, ex, pack_dir, *hooks, network, secrets.secrets, read_hit, write_hit, egress_hit);
     (r.passed ? passed : failed)++;
     not_started = not_started || r.not_started;
     if (text) {
@@ -360,6 +378,10 @@ void register_pack_test(CLI::App& pack, CliContext& ctx) {
   auto* cmd = pack.add_subcommand("test", "Run every example of a pack in a Comet and check its `expect`");
   cmd->add_option("pack", args->pack, "Pack directory (default: the current directory), or NAME@VERSION");
   cmd->add_flag("--strict", args->strict, "Fail when a declared fs or egress capability is exercised by no example");
+  cmd->add_option("--secret", args->secrets,
+                  "NAME, NAME=env:VAR or NAME=file:PATH: the value of a declared secret (as for `soyaos run`); "
+                  "repeatable. Without it, the Moon's secret store")
+      ->allow_extra_args(false);
   cmd->add_option("--format", args->format, "Output format: text (default) or json")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args, &ctx] { ctx.exit_code = run_test(*args, ctx); });

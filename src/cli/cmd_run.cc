@@ -1,5 +1,5 @@
 // `soyaos run PACK [--input [NAME=]PATH]... [--out DIR] [--events FILE|-] [--mount H:S[:ro|rw]]
-//  [--no-cache] [-- ARGS...]`: runs a pack in a Comet (SPEC.md §3).
+//  [--secret NAME[=env:VAR|=file:PATH]]... [--no-cache] [-- ARGS...]`: runs a pack in a Comet (SPEC.md §3).
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/run_cache.h"
 #include "cli/run_moon.h"
+#include "cli/run_secrets.h"
 #include "common/text.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
@@ -29,6 +30,7 @@ struct RunArgs {
   std::string out;
   std::vector<std::string> events;
   std::vector<std::string> mounts;
+  std::vector<std::string> secrets;  // --secret NAME[=env:VAR|=file:PATH]
   bool no_cache = false;
   std::vector<std::string> args;
 };
@@ -212,6 +214,18 @@ void run(const RunArgs& a, CliContext& ctx) {
       return;
     }
   }
+  // Secrets (C11): a --secret the manifest does not declare is a usage error (2); a value
+  // that cannot be found stops the run before anything starts (125), naming the secret and
+  // how to supply it. An invalid manifest is run_pack's to report.
+  if (auto loaded = manifest::load_pack(req.pack_dir); loaded.manifest) {
+    auto resolved = resolve_secrets(*loaded.manifest, a.secrets, *home);
+    if (resolved.exit_code != 0) {
+      std::fprintf(stderr, "soyaos: %s\n", resolved.error.c_str());
+      ctx.exit_code = resolved.exit_code;
+      return;
+    }
+    req.secrets = std::move(resolved.secrets);
+  }
   req.options.mounts = a.mounts;
   req.options.extra_args = a.args;
   for (const auto& e : a.events) {
@@ -290,6 +304,10 @@ void register_run_command(CLI::App& app, CliContext& ctx) {
       ->allow_extra_args(false);
   cmd->add_option("--mount", args->mounts,
                   "Bind operator data HOST:SANDBOX[:ro|:rw] at a path the manifest declares; repeatable")
+      ->allow_extra_args(false);
+  cmd->add_option("--secret", args->secrets,
+                  "NAME (from your environment variable NAME), NAME=env:VAR or NAME=file:PATH: the value of a secret "
+                  "the manifest declares; repeatable. Without it, the Moon's secret store (`soyaos secret set`)")
       ->allow_extra_args(false);
   cmd->add_flag("--no-cache", args->no_cache, "Always run (bypass the result cache)");
   cmd->add_option("args", args->args, "Arguments for the agent (after --)");

@@ -37,6 +37,7 @@ void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
 void register_cache_commands(CLI::App& app, CliContext& ctx);  // cmd_cache.cc: the `cache` group
 void register_moon_serve_commands(CLI::App& moon, CliContext& ctx);  // cmd_moon_serve.cc: moon serve, moon status
 void register_moon_commands(CLI::App& app, CliContext& ctx);   // cmd_moon.cc: the `moon` group (check)
+void register_secret_commands(CLI::App& app, CliContext& ctx); // cmd_secret.cc: secret set|ls|rm
 
 // For commands that run packs (cmd_moon.cc): loads the Moon configuration (moon.yaml,
 // SPEC.md C6a) of `home` into `network`. On errors prints each diagnostic and

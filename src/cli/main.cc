@@ -89,6 +89,7 @@ int run_cli(int argc, char** argv) {
   register_doctor_command(app, ctx);
   register_cache_commands(app, ctx);
   register_moon_commands(app, ctx);
+  register_secret_commands(app, ctx);
 
   // T7: everything after the first `--` of `soyaos run` goes to the agent verbatim,
   // whatever options precede it; CLI11 never sees it (a multi-value option cannot swallow it).

@@ -328,6 +328,13 @@ Eligibility cache_eligibility(const manifest::Manifest& m, bool has_mounts) {
     e.reason = "--mount: operator data outside the cache key";
     return e;
   }
+  // C11: a secret's value is never part of the key (it must not be stored or compared), so
+  // a cached result would be replayed to an operator with another key, or none: the answer
+  // one account was allowed to get, served without that account's credential.
+  if (!m.secrets.empty()) {
+    e.reason = "the pack declares secrets: a run that holds a secret is never cached";
+    return e;
+  }
   e.cacheable = true;
   e.provable = m.capabilities.egress.empty();
   return e;

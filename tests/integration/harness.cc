@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
@@ -242,6 +243,29 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
   Command cmd = make_command(args, env, false);
   int out_fd = -1, err_fd = -1;
   pid_t pid = spawn(cmd, cwd, -1, out_fd, err_fd);
+  RunOutput result;
+  drain(out_fd, err_fd, result.out, result.err);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+RunOutput run_soyaos_stdin(const std::vector<std::string>& args, const std::string& stdin_data,
+                           const std::map<std::string, std::string>& env, const std::filesystem::path& cwd) {
+  // A memfd holds any amount without a writer thread (a pipe would block past 64 KiB).
+  int in = ::memfd_create("soyaos-test-stdin", MFD_CLOEXEC);
+  if (in < 0) throw std::runtime_error("memfd_create failed");
+  if (::write(in, stdin_data.data(), stdin_data.size()) != static_cast<ssize_t>(stdin_data.size()) ||
+      ::lseek(in, 0, SEEK_SET) != 0) {
+    ::close(in);
+    throw std::runtime_error("memfd write failed");
+  }
+  Command cmd = make_command(args, env, false);
+  int out_fd = -1, err_fd = -1;
+  pid_t pid = spawn(cmd, cwd, in, out_fd, err_fd);
+  ::close(in);
   RunOutput result;
   drain(out_fd, err_fd, result.out, result.err);
   int status = 0;

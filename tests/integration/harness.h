@@ -20,6 +20,11 @@ RunOutput run_soyaos(const std::vector<std::string>& args,
                      const std::map<std::string, std::string>& env = {},
                      const std::filesystem::path& cwd = {});
 
+// As run_soyaos, with `stdin_data` on stdin (`soyaos secret set`).
+RunOutput run_soyaos_stdin(const std::vector<std::string>& args, const std::string& stdin_data,
+                           const std::map<std::string, std::string>& env = {},
+                           const std::filesystem::path& cwd = {});
+
 // A soyaos started in the background (the stop-signal tests, C9), with the environment
 // run_soyaos() gives. With `via_terminal` it runs under script(1) on a pseudo-terminal of
 // its own, and write_stdin() types on that terminal (e.g. "\x03", Ctrl-C).

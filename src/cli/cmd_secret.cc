@@ -1,0 +1,152 @@
+// `soyaos secret set NAME` (the value from stdin, never argv), `secret ls` (names and set
+// times, never values), `secret rm NAME`: the Moon's secret store (moon/secret_store.h,
+// SPEC.md C11, docs/secrets.md).
+#include <termios.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include "cli/commands.h"
+#include "moon/secret_store.h"
+#include "moon/store.h"
+
+namespace soyaos::cli {
+namespace {
+
+std::string utc(int64_t t) {
+  const auto tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  (void)::gmtime_r(&tt, &tm);
+  char buf[32];
+  (void)std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// On a terminal the value is typed without echo (and ends at the first newline, which is
+// dropped); otherwise stdin is read to its end and one trailing newline dropped.
+Result<SecretBytes> read_value(const std::string& name) {
+  struct termios saved {};
+  const bool tty = ::isatty(STDIN_FILENO) == 1 && ::tcgetattr(STDIN_FILENO, &saved) == 0;
+  if (!tty) {
+    auto v = SecretBytes::read_all(STDIN_FILENO, "stdin");
+    if (v) v->drop_trailing_newline();
+    return v;
+  }
+  std::fprintf(stderr, "Value for %s (not echoed, end with Enter): ", name.c_str());
+  (void)std::fflush(stderr);
+  struct termios quiet = saved;
+  quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+  quiet.c_lflag |= ICANON;
+  if (::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet) != 0) return errno_error("turn off the terminal's echo");
+  // A canonical-mode read returns one line at most.
+  auto v = SecretBytes::read_all(STDIN_FILENO, "the terminal", /*one_line=*/true);
+  (void)::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
+  std::fputc('\n', stderr);
+  if (v) v->drop_trailing_newline();
+  return v;
+}
+
+int set(const std::string& name) {
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos secret set: %s\n", home.error().describe().c_str());
+    return 1;
+  }
+  if (!moon::SecretStore::valid_name(name)) {
+    std::fprintf(stderr, "soyaos secret set: the name must match ^[A-Z_][A-Z0-9_]*$\n");
+    return kExitUsage;
+  }
+  auto value = read_value(name);
+  if (!value) {
+    std::fprintf(stderr, "soyaos secret set %s: %s\n", name.c_str(), value.error().describe().c_str());
+    return 1;
+  }
+  if (value->empty()) {
+    std::fprintf(stderr, "soyaos secret set %s: the value is empty (nothing read from stdin); nothing stored\n",
+                 name.c_str());
+    return 1;
+  }
+  const moon::SecretStore store(*home);
+  if (auto s = store.set(name, *value); !s) {
+    std::fprintf(stderr, "soyaos secret set %s: %s\n", name.c_str(), s.error().describe().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "soyaos: secret %s stored (%zu bytes) in %s\n", name.c_str(), value->size(),
+               store.dir().c_str());
+  return 0;
+}
+
+int ls(bool json) {
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos secret ls: %s\n", home.error().describe().c_str());
+    return 1;
+  }
+  auto entries = moon::SecretStore(*home).list();
+  if (!entries) {
+    std::fprintf(stderr, "soyaos secret ls: %s\n", entries.error().describe().c_str());
+    return 1;
+  }
+  std::string out;
+  if (json) {
+    out = "[";
+    for (std::size_t i = 0; i < entries->size(); ++i) {
+      const auto& e = (*entries)[i];
+      // Names are ^[A-Z_][A-Z0-9_]*$: nothing to escape.
+      out += (i == 0 ? "" : ",") + std::string("{\"name\":\"") + e.name + "\",\"set\":\"" + utc(e.set_time) + "\"}";
+    }
+    out += "]\n";
+  } else {
+    for (const auto& e : *entries) out += e.name + "  " + utc(e.set_time) + "\n";
+  }
+  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) return 1;
+  return 0;
+}
+
+int rm(const std::string& name) {
+  auto home = moon::default_home();
+  if (!home) {
+    std::fprintf(stderr, "soyaos secret rm: %s\n", home.error().describe().c_str());
+    return 1;
+  }
+  if (!moon::SecretStore::valid_name(name)) {
+    std::fprintf(stderr, "soyaos secret rm: the name must match ^[A-Z_][A-Z0-9_]*$\n");
+    return kExitUsage;
+  }
+  auto removed = moon::SecretStore(*home).remove(name);
+  if (!removed) {
+    std::fprintf(stderr, "soyaos secret rm %s: %s\n", name.c_str(), removed.error().describe().c_str());
+    return 1;
+  }
+  if (!*removed) {
+    std::fprintf(stderr, "soyaos secret rm: no secret %s in the store\n", name.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "soyaos: secret %s removed\n", name.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_secret_commands(CLI::App& app, CliContext& ctx) {
+  auto* group = app.add_subcommand("secret", "The Moon's secret store: values for the secrets packs declare");
+  group->require_subcommand(1);
+  auto name = std::make_shared<std::string>();
+  auto* set_cmd = group->add_subcommand(
+      "set", "Store a secret: the value is read from stdin (never from the command line); one trailing newline is "
+             "dropped");
+  set_cmd->add_option("name", *name, "Secret name (^[A-Z_][A-Z0-9_]*$)")->required();
+  set_cmd->callback([name, &ctx] { ctx.exit_code = set(*name); });
+  auto json = std::make_shared<bool>(false);
+  auto* ls_cmd = group->add_subcommand("ls", "List stored secrets: names and when each was set, never values");
+  ls_cmd->add_flag("--json", *json, "JSON array of {name, set} on stdout");
+  ls_cmd->callback([json, &ctx] { ctx.exit_code = ls(*json); });
+  auto rm_name = std::make_shared<std::string>();
+  auto* rm_cmd = group->add_subcommand("rm", "Remove a stored secret");
+  rm_cmd->add_option("name", *rm_name, "Secret name")->required();
+  rm_cmd->callback([rm_name, &ctx] { ctx.exit_code = rm(*rm_name); });
+}
+
+}  // namespace soyaos::cli
