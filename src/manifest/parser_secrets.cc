@@ -129,7 +129,7 @@ bool parse_http_rules(Walker& w, const YNode& n, const std::string& path, std::v
     if (const YNode* v = w.required(*f, "method")) {
       if (auto s = w.string(*v, join(ipath, "method"))) {
         if (auto why = http_method_problem(*s)) {
-          w.error(*v, join(ipath, "method"), quote(*s) + " " + *why);
+          w.error(*v, join(ipath, "method"), quote(*s) + ": " + *why);
           rule_ok = false;
         } else {
           rule.method = *s;
@@ -143,7 +143,7 @@ bool parse_http_rules(Walker& w, const YNode& n, const std::string& path, std::v
     if (const YNode* v = w.required(*f, "path")) {
       if (auto s = w.string(*v, join(ipath, "path"))) {
         if (auto why = http_path_problem(*s)) {
-          w.error(*v, join(ipath, "path"), quote(*s) + " " + *why);
+          w.error(*v, join(ipath, "path"), quote(*s) + ": " + *why);
           rule_ok = false;
         } else {
           rule.path = *s;
