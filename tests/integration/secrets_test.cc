@@ -33,7 +33,7 @@ secrets:
     hosts: [api.example.com]
 capabilities:
   egress:
-    - {host: api.example.com, port: 443, protocol: https, http: [{method: POST, path: /v1/messages}]}
+    - {host: api.example.com, port: 443, protocol: https}
   fs:
     write: [/workdir/out]
   determinism_tier: read-only
@@ -288,6 +288,19 @@ TEST_F(SecretsTest, PackTestUsesTheSameSources) {
   EXPECT_EQ(files_containing(home_, kValue, home_ / "secrets"), std::vector<std::string>{});
 }
 
+// M8 rules are enforced by the gateway's HTTP layer, not in this build yet: a run that
+// declares them is refused (125) instead of running without them.
+TEST_F(SecretsTest, HttpRulesThatCannotBeEnforcedRefuseTheRun) {
+  std::string ruled = kManifest;
+  const std::string plain = "protocol: https}";
+  ruled.replace(ruled.find(plain), plain.size(), "protocol: https, http: [{method: GET, path: /}]}");
+  dir_.write("pack/soyapack.yaml", ruled);
+  auto r = run({"--secret", "API_KEY"}, {{"API_KEY", kValue}});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(contains(r.err, "capabilities.egress[0]: http rules (M8) are not enforced")) << r.err;
+  EXPECT_FALSE(contains(r.out, "VALUE"));
+}
+
 // ---- lint, push and inspect ----------------------------------------------------------------
 
 TEST_F(SecretsTest, PushRefusesACredentialLiteralWithoutRepeatingIt) {
@@ -307,8 +320,13 @@ TEST_F(SecretsTest, PushRefusesACredentialLiteralWithoutRepeatingIt) {
   EXPECT_EQ(push.exit_code, 1);
   EXPECT_TRUE(contains(push.err, "refused: lint errors")) << push.err;
   EXPECT_FALSE(contains(push.out + push.err + lint.out + lint.err, kValue));
-  // The clean pack pushes; inspect lists its secrets and http rules.
-  auto ok = run_soyaos({"pack", "push", pack_}, env());
+  // A clean pack with http rules pushes; inspect lists its secrets and http rules.
+  std::string ruled = kManifest;
+  const std::string plain = "protocol: https}";
+  ruled.replace(ruled.find(plain), plain.size(), "protocol: https, http: [{method: POST, path: /v1/messages}]}");
+  dir_.write("ruled/soyapack.yaml", ruled);
+  dir_.write("ruled/main.py", kMain);
+  auto ok = run_soyaos({"pack", "push", (dir_.path() / "ruled").string()}, env());
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   auto inspect = run_soyaos({"pack", "inspect", "secret-probe@0.1.0"}, env());
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
