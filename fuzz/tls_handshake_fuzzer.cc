@@ -4,7 +4,8 @@
 // server's bytes and the client's bytes separated at a position the first bytes choose.
 // Invariants (violations trap): parse_server_flight's need_more asks for more than it got,
 // complete gives the same answer on a copy, invalid says why; the watch never lets more
-// client bytes through than it was shown, refuses with a reason, and once done passes all.
+// client bytes through than it was shown, refuses with a reason (blaming the server only
+// when it refused), and once done passes all.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -48,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t fwd = w.client_bytes(pending);
     if (fwd > pending.size()) __builtin_trap();
     if (before == TlsHandshakeWatch::State::done && fwd != pending.size()) __builtin_trap();
+    if (w.server_fault() && w.state() != TlsHandshakeWatch::State::refused) __builtin_trap();
     if (w.state() == TlsHandshakeWatch::State::refused) {
       if (w.reason().empty()) __builtin_trap();
       break;

@@ -77,7 +77,7 @@ void print_summary(const supervisor::RunReport& r) {
   // An unreachable upstream shows to the agent as a bare reset (or the Moon proxy's 502):
   // say which and why, violations or not (the host can be the agent's choice: escaped).
   for (const auto& line : r.upstream_failures) {
-    std::fprintf(stderr, "soyaos: egress: upstream unreachable: %s\n", escape_for_terminal(line).c_str());
+    std::fprintf(stderr, "soyaos: egress: %s\n", escape_for_terminal(line).c_str());
   }
   if (r.violation_count == 0) return;
   // The agent's own output came before: reset any colour or concealment it left set.

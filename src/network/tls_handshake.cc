@@ -122,8 +122,9 @@ ServerFlightParse parse_server_flight(std::span<const uint8_t> in) {
   return p;
 }
 
-void TlsHandshakeWatch::refuse(std::string why) {
+void TlsHandshakeWatch::refuse(std::string why, bool server) {
   state_ = State::refused;
+  server_fault_ = server;
   reason_ = std::move(why);
   holding_ = false;
 }
@@ -209,13 +210,13 @@ void TlsHandshakeWatch::server_bytes(std::span<const uint8_t> data) {
   server_buf_.insert(server_buf_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(take));
   const ServerFlightParse p = parse_server_flight(server_buf_);
   if (p.status == ParseStatus::need_more) {
-    if (server_buf_.size() >= cap) refuse("tls: the server's first flight: no ServerHello in 16 records");
+    if (server_buf_.size() >= cap) refuse("tls: the server's first flight: no ServerHello in 16 records", true);
     return;
   }
   server_buf_.clear();
   server_buf_.shrink_to_fit();
   if (p.status == ParseStatus::invalid) {
-    refuse(p.reason);
+    refuse(p.reason, true);
     return;
   }
   state_ = p.flight.kind == ServerFlightKind::hello_retry_request ? State::await_second_hello : State::done;

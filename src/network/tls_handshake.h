@@ -80,13 +80,16 @@ class TlsHandshakeWatch {
 
   [[nodiscard]] State state() const { return state_; }
   [[nodiscard]] const std::string& reason() const { return reason_; }
+  // Refused because of what the server sent (not a ServerHello, an alert or a
+  // HelloRetryRequest): the upstream's failure, not the agent's violation.
+  [[nodiscard]] bool server_fault() const { return server_fault_; }
   // The second ClientHello's SNI (nullopt until one was checked).
   [[nodiscard]] const std::optional<std::string>& second_sni() const { return second_sni_; }
   // The client is waiting for something the watch holds back for the server's answer.
   [[nodiscard]] bool holding() const { return holding_; }
 
  private:
-  void refuse(std::string why);
+  void refuse(std::string why, bool server = false);
 
   std::optional<std::string> first_sni_;
   std::optional<std::string> second_sni_;
@@ -95,6 +98,7 @@ class TlsHandshakeWatch {
   size_t client_skip_ = 0;           // bytes of the current client record still to pass
   std::vector<uint8_t> server_buf_;  // the server's first bytes, until classified
   bool holding_ = false;
+  bool server_fault_ = false;
 };
 
 }  // namespace soyaos::network

@@ -34,7 +34,7 @@ void EgressService::Impl::refuse(Conn* c, const std::string& resource, const std
   close_conn(c, "refused", true);
 }
 
-void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool reset) {
+void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool reset, const std::string& error) {
   if (c->agent) unwatch(c->agent.get());
   if (c->upstream) unwatch(c->upstream.get());
   if (c->opened && cb.event) {
@@ -44,6 +44,7 @@ void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool re
     d["bytes_in"] = c->bytes_in;
     d["duration_ms"] = now_ms() - c->started;
     d["reason"] = reason;
+    if (!error.empty()) d["error"] = error;
     cb.event("egress_closed", d);
   }
   if (reset) {

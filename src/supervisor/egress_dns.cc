@@ -105,9 +105,16 @@ void EgressService::Impl::dns_udp_ready() {
 
 void EgressService::Impl::dns_tcp_accept() {
   for (;;) {
-    UniqueFd fd(::accept4(fds.dns_tcp.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) return;
-    if (dns_tcp.size() >= limits.max_dns_tcp) continue;  // closed: the client retries
+    bool more = true;
+    UniqueFd fd = accept_one(fds.dns_tcp.get(), &refused_dns_tcp, &more);
+    if (!fd) {
+      if (!more) return;
+      continue;
+    }
+    if (dns_tcp.size() + dead_dns.size() >= budget.dns_tcp_cap) {
+      ++refused_dns_tcp;  // closed: the client retries (limit_exceeded after the run)
+      continue;
+    }
     auto c = std::make_unique<DnsTcp>();
     c->fd = std::move(fd);
     c->deadline = now_ms() + limits.head_timeout_ms;

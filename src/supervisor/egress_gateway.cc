@@ -14,10 +14,17 @@ namespace soyaos::supervisor {
 
 void EgressService::Impl::gateway_accept(const UniqueFd& listener) {
   for (;;) {
-    UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) return;
-    if (conns.size() >= limits.max_connections) {
-      reset_close(fd);  // the per-sandbox cap (bounded memory); not a policy decision
+    bool more = true;
+    UniqueFd fd = accept_one(listener.get(), &refused_conns, &more);
+    if (!fd) {
+      if (!more) return;
+      continue;
+    }
+    // The per-run cap (bounded memory and descriptors; closed ones of this epoll batch still
+    // hold theirs): a bound, not a policy decision — counted for limit_exceeded.
+    if (conns.size() + dead_conns.size() >= budget.conn_cap) {
+      reset_close(fd);
+      ++refused_conns;
       continue;
     }
     auto dst = comet::original_destination(fd);

@@ -152,6 +152,37 @@ struct EgressService::Impl {
     Watch w{Kind::relay, nullptr};
   };
 
+  // ---- descriptors (issue #18): the caps below are computed from RLIMIT_NOFILE at setup so
+  // that every accepted connection can get all the descriptors it will need; accept() never
+  // meets EMFILE in normal operation, and if another part of the process exhausts the table
+  // anyway, the spare descriptor drains the listener instead of letting it spin.
+  struct FdBudget {
+    size_t limit = 0;        // RLIMIT_NOFILE (soft) after setup raised it towards the hard limit
+    size_t in_use = 0;       // descriptors open when the service started
+    size_t conn_cap = 0;     // gateway + Moon proxy connections at once
+    size_t dns_tcp_cap = 0;  // DNS-over-TCP connections at once
+  };
+  // Each relayed connection: the agent's socket, the upstream socket, two pipes (2 fds each).
+  static constexpr size_t kFdsPerConn = 6;
+  // Left for the rest of the supervisor (observer, event files, the Moon's store, resolver
+  // sockets): they share the process's descriptor table.
+  static constexpr size_t kFdReserve = 64;
+  static constexpr size_t kFlowsPerRelay = 64;
+  // Below this many gateway connections the run refuses to start (C1) rather than serve a
+  // network that fails at once.
+  static constexpr size_t kMinConnections = 8;
+  FdBudget budget;
+  UniqueFd spare;  // closed to accept (and reset) one connection at EMFILE/ENFILE, reopened
+  uint64_t refused_conns = 0, refused_dns_tcp = 0;  // refused at the caps (limit_exceeded)
+  bool accept_paused = false;  // listeners out of the epoll set until the next timer tick
+  Status plan_descriptors();
+  // One accept4() on `listener`: a connection, or an invalid fd and *more = false when the
+  // caller should stop (EAGAIN, or the listeners were paused). At EMFILE/ENFILE the pending
+  // connection is drained through the spare descriptor: reset, and counted in *refused.
+  UniqueFd accept_one(int listener, uint64_t* refused, bool* more);
+  void set_listeners(uint32_t events);
+  void report_limits();
+
   EgressPlan& plan;
   comet::NetworkFds fds;
   EgressCallbacks cb;
@@ -212,7 +243,8 @@ struct EgressService::Impl {
   // resolution and connect, relaying with splice(2), close
   Conn* new_conn(UniqueFd agent);
   void refuse(Conn* c, const std::string& resource, const std::string& closest, const std::string& detail);
-  void close_conn(Conn* c, const std::string& reason, bool reset);
+  // `error`: why, when the gateway or the upstream (not the agent) ended it (egress_closed).
+  void close_conn(Conn* c, const std::string& reason, bool reset, const std::string& error = "");
   void resolve(Conn* c);
   void resolved();
   std::optional<std::string> address_refusal(const ResolvedAddress& a) const;

@@ -46,7 +46,9 @@ bool is_canonical_name(const std::string& name) {
 }  // namespace
 
 std::string egress_target(const std::string& host, uint16_t port, const std::string& protocol) {
-  const bool v6 = host.find(':') != std::string::npos;
+  // An IPv6 literal goes in brackets; "NAME[ADDRESS]" (a refused upstream answer, whose
+  // address may be IPv6) is already bracketed.
+  const bool v6 = host.find(':') != std::string::npos && host.find('[') == std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + protocol;
 }
 

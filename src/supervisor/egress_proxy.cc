@@ -15,10 +15,15 @@ namespace soyaos::supervisor {
 
 void EgressService::Impl::proxy_accept() {
   for (;;) {
-    UniqueFd fd(::accept4(fds.proxy_tcp.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) return;
-    if (conns.size() >= limits.max_connections) {
+    bool more = true;
+    UniqueFd fd = accept_one(fds.proxy_tcp.get(), &refused_conns, &more);
+    if (!fd) {
+      if (!more) return;
+      continue;
+    }
+    if (conns.size() + dead_conns.size() >= budget.conn_cap) {  // the gateway's cap, shared
       reset_close(fd);
+      ++refused_conns;
       continue;
     }
     Conn* conn = new_conn(std::move(fd));

@@ -2,15 +2,18 @@
 // the resolver pool, events and violations — and the service's start and stop.
 #include "supervisor/egress_service.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -197,7 +200,110 @@ Status EgressService::Impl::setup() {
     if (auto s = watch(r->fd, EPOLLIN, &r->w); !s) return s;
     relays.push_back(std::move(r));
   }
+  return plan_descriptors();
+}
+
+// The descriptor budget (docs/network.md "Limits"): at the usual soft limit of 1024, 512
+// connections of 6 descriptors each never fitted, accept() failed with EMFILE first and the
+// level-triggered listener spun the loop at 100 % CPU (issue #18). The soft limit is raised
+// towards the hard one as far as the full caps need (the agent's own limit is set apart, in
+// the Comet, C9); what still does not fit lowers the caps, so that every accepted connection
+// has its descriptors.
+Status EgressService::Impl::plan_descriptors() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return errno_error("opendir /proc/self/fd (the egress gateway's descriptor budget)");
+  size_t open_now = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.') ++open_now;
+  }
+  ::closedir(dir);
+  open_now = open_now > 0 ? open_now - 1 : 0;  // the directory's own descriptor
+  spare.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!spare) return errno_error("open /dev/null (the egress gateway's spare descriptor)");
+  budget.in_use = open_now + 1;
+  const size_t flows = relays.size() * kFlowsPerRelay;
+  const size_t fixed = budget.in_use + kFdReserve + flows;
+  const size_t want = fixed + limits.max_dns_tcp + kFdsPerConn * limits.max_connections;
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return errno_error("getrlimit RLIMIT_NOFILE");
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    struct rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min<rlim_t>(rl.rlim_max, want);
+    if (raised.rlim_cur > rl.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  budget.limit = rl.rlim_cur == RLIM_INFINITY ? want : static_cast<size_t>(rl.rlim_cur);
+  const size_t avail = budget.limit > fixed ? budget.limit - fixed : 0;
+  budget.dns_tcp_cap = std::min(limits.max_dns_tcp, avail / 16);
+  budget.conn_cap = std::min(limits.max_connections, (avail - budget.dns_tcp_cap) / kFdsPerConn);
+  if (budget.conn_cap < kMinConnections) {
+    return make_error("the open-files limit (RLIMIT_NOFILE " + std::to_string(budget.limit) + ", " +
+                      std::to_string(budget.in_use) + " already open) leaves room for " +
+                      std::to_string(budget.conn_cap) + " egress connections, fewer than " +
+                      std::to_string(kMinConnections) + "; raise it (ulimit -n " + std::to_string(want) + ")");
+  }
   return {};
+}
+
+UniqueFd EgressService::Impl::accept_one(int listener, uint64_t* refused, bool* more) {
+  *more = true;
+  UniqueFd fd(::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  if (fd) return fd;
+  const int err = errno;
+  if (err == EINTR || err == ECONNABORTED) return {};
+  if (err == EAGAIN || err == EWOULDBLOCK) {
+    *more = false;
+    return {};
+  }
+  if ((err == EMFILE || err == ENFILE) && spare) {
+    // The table is full although the caps should have kept room (another part of the
+    // process took it): one descriptor freed is enough to take the pending connection off
+    // the backlog and reset it, so the listener stops being readable.
+    spare.reset();
+    UniqueFd drained(::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (drained) {
+      reset_close(drained);
+      ++*refused;
+    }
+    spare.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (drained && spare) return {};
+  }
+  // Nothing to drain with, or ENOBUFS/ENOMEM: the listeners leave the epoll set until the
+  // next timer tick (250 ms) rather than wake the loop again at once.
+  set_listeners(0);
+  accept_paused = true;
+  *more = false;
+  return {};
+}
+
+void EgressService::Impl::set_listeners(uint32_t events) {
+  std::pair<int, Watch*> listeners[] = {{fds.gateway_tcp.get(), &w_gw4},
+                                        {fds.gateway_tcp6.get(), &w_gw6},
+                                        {fds.proxy_tcp.get(), &w_proxy},
+                                        {fds.dns_tcp.get(), &w_dns_tcp}};
+  for (auto [fd, w] : listeners) {
+    if (fd < 0) continue;
+    struct epoll_event ev {};
+    ev.events = events;
+    ev.data.ptr = w;
+    (void)::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, fd, &ev);
+  }
+}
+
+// After the run: connections refused at the caps, as limit_exceeded (not violations: a
+// bound of the sandbox's resources, like pids, docs/events.md).
+void EgressService::Impl::report_limits() {
+  if (!cb.event) return;
+  auto one = [&](const char* limit, size_t cap, uint64_t refused) {
+    if (refused == 0) return;
+    cb.event("limit_exceeded", Json{{"limit", limit},
+                                    {"mechanism", "egress gateway"},
+                                    {"limit_connections", cap},
+                                    {"open_files", budget.limit},
+                                    {"action", "refused"},
+                                    {"refused", refused}});
+  };
+  one("connections", budget.conn_cap, refused_conns);
+  one("dns_tcp_connections", budget.dns_tcp_cap, refused_dns_tcp);
 }
 
 void EgressService::Impl::submit(uint64_t id, const std::string& name) {
@@ -267,6 +373,10 @@ void EgressService::Impl::dispatch(Watch* w, uint32_t ev) {
 
 void EgressService::Impl::expire() {
   const int64_t now = now_ms();
+  if (accept_paused) {
+    accept_paused = false;
+    set_listeners(EPOLLIN);
+  }
   std::vector<Conn*> late;
   for (auto& [id, c] : conns) {
     if (c->state == State::relaying) {
@@ -310,6 +420,7 @@ void EgressService::Impl::finish() {
   dead_conns.clear();
   dead_dns.clear();
   dead_flows.clear();
+  report_limits();
   std::lock_guard lock(pool->mu);
   pool->stopping = true;
   pool->cv.notify_all();

@@ -51,6 +51,12 @@ bool EgressService::Impl::tls_watch_step(Conn* c) {
   }
   const size_t ok = w.client_bytes(std::span(reinterpret_cast<const uint8_t*>(c->tls_pending.data()),
                                              c->tls_pending.size()));
+  if (w.state() == State::refused && w.server_fault()) {
+    // The upstream, not the agent, sent what no TLS server sends first: its failure,
+    // reported like an unreachable upstream (egress_closed, stderr), never a violation.
+    close_conn(c, "upstream error", true, w.reason());
+    return false;
+  }
   if (w.state() == State::refused) {
     const std::string target = egress_target(c->host, c->port, "https");
     if (c->proxy) {

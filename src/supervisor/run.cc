@@ -1,6 +1,7 @@
 #include "supervisor/run.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -28,6 +29,13 @@ namespace {
 // run's event list (kept in memory until stored) without bound. The rest are counted per
 // type in run_finished (E4). Violations are bounded by ViolationLog (violation_log.h).
 constexpr size_t kMaxNetworkEvents = 10000;
+
+// The supervisor's own CPU time (user + system, every thread; not the agent's), in ms.
+long supervisor_cpu_ms() {
+  struct rusage ru {};
+  if (::getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000L + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000L;
+}
 
 // The supervisor's own peak resident memory (VmHWM), in KiB.
 long supervisor_peak_rss_kb() {
@@ -226,17 +234,27 @@ RunReport run_pack(const RunRequest& request) {
   std::map<std::string, uint64_t> dropped_events;  // per type, past their caps (E4)
   auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
     std::lock_guard lock(emit_mu);
-    if (type == "egress_closed" && data.value("reason", "") == "upstream unreachable" &&
+    const std::string closed_reason = type == "egress_closed" ? data.value("reason", "") : "";
+    if ((closed_reason == "upstream unreachable" || closed_reason == "upstream error") &&
         report.upstream_failures.size() < kMaxUpstreamFailures) {
-      // The agent saw only a reset (or the Moon proxy's 502): the summary says why.
+      // The agent saw only a reset (or the Moon proxy's 502): the summary says why, and
+      // that the upstream failed (not a violation of the agent's).
       const std::string host = data.value("host", "");
       const uint64_t port = data.value("port", uint64_t{0});
-      std::string line = egress_target(host, static_cast<uint16_t>(port), data.value("protocol", "")) + ": " +
+      std::string line = closed_reason + ": " +
+                         egress_target(host, static_cast<uint16_t>(port), data.value("protocol", "")) + ": " +
                          data.value("error", "unreachable");
       if (std::find(report.upstream_failures.begin(), report.upstream_failures.end(), line) ==
           report.upstream_failures.end()) {
         report.upstream_failures.push_back(std::move(line));
       }
+    }
+    if (type == "limit_exceeded" && data.contains("limit_connections")) {  // the egress gateway's caps
+      report.limits_exceeded.push_back(
+          std::to_string(data.value("refused", uint64_t{0})) +
+          (data.value("limit", "") == "dns_tcp_connections" ? " DNS-over-TCP connection(s)" : " connection(s)") +
+          " refused at the egress gateway's limit of " + std::to_string(data.value("limit_connections", uint64_t{0})) +
+          " open at once (docs/network.md, Limits)");
     }
     if (type == "dns_query" || type == "egress_opened" || type == "egress_closed") {
       if (++network_events > kMaxNetworkEvents) {
@@ -409,6 +427,7 @@ RunReport run_pack(const RunRequest& request) {
                          network_events > kMaxNetworkEvents ? network_events - kMaxNetworkEvents : 0},
                         {"setup_us", setup_us},
                         {"supervisor_peak_rss_kb", supervisor_peak_rss_kb()},
+                        {"supervisor_cpu_ms", supervisor_cpu_ms()},
                         {"outputs", {{"files", report.outputs.files}, {"bytes", report.outputs.bytes},
                                      {"skipped", report.outputs.skipped},
                                      {"skipped_count", report.outputs.skipped_count},

@@ -74,7 +74,8 @@ struct RunReport {
   uint64_t violation_count = 0;  // every violation, emitted, aggregated or dropped
   std::vector<ViolationLog::Aggregate> violation_aggregates;  // repeats not emitted
   uint64_t violations_dropped = 0;  // past kMaxDistinct: counted only
-  // Hard limits the kernel enforced (limit_exceeded events), one sentence each for stderr.
+  // Hard limits the kernel or the egress gateway enforced (limit_exceeded events), one
+  // sentence each for stderr.
   std::vector<std::string> limits_exceeded;
   RunOutcome outcome;
   CollectReport outputs;

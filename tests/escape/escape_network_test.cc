@@ -77,29 +77,12 @@ class HostListener {
   bool stream_ = true;
 };
 
-// The host's first non-loopback IPv4 address that is up ("" when none).
-std::string host_ipv4() {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return "";
-  std::string out;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    char text[INET_ADDRSTRLEN];
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
-    out = text;
-    break;
-  }
-  ::freeifaddrs(list);
-  return out;
-}
-
 class EscapeNetworkTest : public EscapeTest {
  protected:
   void SetUp() override {
     EscapeTest::SetUp();
     if (IsSkipped()) return;
-    host_ip_ = host_ipv4();
+    host_ip_ = host_ipv4_address();
     if (host_ip_.empty()) host_ip_ = "127.0.0.1";
     auto home = dir_.path() / "home";
     fs::create_directories(home);

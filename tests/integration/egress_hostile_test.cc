@@ -5,6 +5,8 @@
 // and (prefix `rootless.`) as nobody.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -249,6 +251,237 @@ TEST_F(EgressHostileTest, RefusalsFromAServicePortAreReported) {
   for (const auto& v : run.violations()) n += v["data"].value("resource", "") == leak_ip_ + ":" + s + "/tcp";
   EXPECT_GE(n, 2u) << run.context();
   expect_untouched(sentinel);
+}
+
+// ---- descriptors: the connection cap holds at a low open-files limit ------------------------
+
+// The first limit_exceeded event whose limit is `limit` (null if none).
+json limit_event(const ProbeRun& run, const std::string& limit) {
+  for (const auto& e : run.of_type("limit_exceeded")) {
+    if (e["data"].value("limit", "") == limit) return e["data"];
+  }
+  return nullptr;
+}
+
+long supervisor_cpu_ms(const ProbeRun& run) {
+  for (const auto& e : run.of_type("run_finished")) return e["data"].value("supervisor_cpu_ms", -1L);
+  return -1;
+}
+
+TEST_F(EgressHostileTest, AtALowOpenFilesLimitTheCapHoldsWithoutSpinning) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  const std::string p = std::to_string(echo.port());
+  // The agent's own limit must fit under the supervisor's (a child cannot raise it).
+  dir_.write("pack/soyapack.yaml", "soyapack: v0\nname: egress-probe\nversion: 0.1.0\n"
+                                   "agent: {runtime: python3, entrypoint: probe.py}\n"
+                                   "capabilities:\n  egress:\n    - {host: echo.test, port: " + p +
+                                       ", protocol: tcp}\n"
+                                       "  fs: {read: [/workdir], write: [/workdir/out]}\n"
+                                       "  determinism_tier: read-only\n"
+                                       "resources: {timeout: 20s, write_quota: 1Mi, open_files: 128}\n");
+  // As under `ulimit -n 256`: 512 relayed connections of 6 descriptors each never fit, and
+  // accept() failing with EMFILE spun the loop at 100 % CPU while connections hung (issue
+  // #18). The held connections stay open for 3 s: a spinning loop would burn them in CPU.
+  auto run = probe({"netsteps", "hold 80 echo.test " + p, "held_status 3", "dns_raw echo.test A",
+                    "tcp_echo echo.test " + p + " at-cap", "release", "tcp_echo echo.test " + p + " after"},
+                   {{kNofileEnv, "256"}});
+  ASSERT_EQ(run.results.size(), 6u) << run.context();
+  EXPECT_EQ(run.results[0], "ok held 80") << run.context();
+  const json limit = limit_event(run, "connections");
+  ASSERT_FALSE(limit.is_null()) << run.context();
+  const unsigned cap = limit.value("limit_connections", 0u);
+  EXPECT_GE(cap, 8u) << limit.dump();
+  EXPECT_LT(cap, 40u) << limit.dump();
+  unsigned open = 0, reset = 0, eof = 0;
+  ASSERT_EQ(std::sscanf(run.results[1].c_str(), "ok open=%u reset=%u eof=%u", &open, &reset, &eof), 3)
+      << run.context();
+  EXPECT_EQ(open, cap) << run.context();
+  EXPECT_EQ(reset + eof, 80 - cap) << run.context();
+  // The loop kept serving: the stub answers, a connection at the cap is reset at once, and
+  // after the release the gateway relays again.
+  EXPECT_EQ(run.results[2].rfind("ok NOERROR 198.18.", 0), 0u) << run.context();
+  EXPECT_TRUE(looks_reset(run.results[3]) || run.results[3] == "eof") << run.context();
+  EXPECT_EQ(run.results[4], "ok released 80") << run.context();
+  EXPECT_EQ(run.results[5], "ok after") << run.context();
+  EXPECT_EQ(limit["action"], "refused") << limit.dump();
+  EXPECT_EQ(limit["mechanism"], "egress gateway") << limit.dump();
+  EXPECT_EQ(limit.value("refused", 0u), 80 - cap + 1) << limit.dump();
+  EXPECT_EQ(limit.value("open_files", 0u), 256u) << limit.dump();
+  // A bound of the sandbox's resources, like pids: reported, not a violation.
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(contains(run.output.err, "connection(s) refused at the egress gateway's limit of " +
+                                           std::to_string(cap) + " open at once"))
+      << run.output.err;
+  const long cpu = supervisor_cpu_ms(run);
+  EXPECT_GE(cpu, 0) << run.context();
+  // A spinning loop would burn the whole 3 s hold (one thread at 100 %).
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr long kCpuBoundMs = 2500;
+#else
+  constexpr long kCpuBoundMs = 1500;
+#endif
+  EXPECT_LT(cpu, kCpuBoundMs) << "the supervisor used " << cpu << " ms of CPU over a 3 s hold";
+  RecordProperty("supervisor_cpu_ms", std::to_string(cpu));
+  RecordProperty("connection_cap", std::to_string(cap));
+  EXPECT_TRUE(echo.wait_served(static_cast<int>(cap) + 1)) << echo.describe();
+  EXPECT_EQ(echo.accepted(), static_cast<int>(cap) + 1) << echo.describe();
+}
+
+TEST_F(EgressHostileTest, AnOpenFilesLimitTooLowForTheGatewayStopsTheRun) {
+  set_moon({{"echo.test", "127.0.0.1"}});
+  dir_.write("pack/soyapack.yaml", "soyapack: v0\nname: egress-probe\nversion: 0.1.0\n"
+                                   "agent: {runtime: python3, entrypoint: probe.py}\n"
+                                   "capabilities:\n  egress:\n    - {host: echo.test, port: 9, protocol: tcp}\n"
+                                   "  fs: {read: [/workdir], write: [/workdir/out]}\n"
+                                   "  determinism_tier: read-only\n"
+                                   "resources: {timeout: 20s, write_quota: 1Mi, open_files: 64}\n");
+  // Fewer than 8 connections would fit: the run does not start (C1), and says how to fix it.
+  auto run = probe({"resolve", "echo.test"}, {{kNofileEnv, "100"}});
+  EXPECT_EQ(run.output.exit_code, 125) << run.context();
+  EXPECT_TRUE(run.results.empty()) << run.context();
+  EXPECT_TRUE(contains(run.output.err, "egress gateway: the open-files limit (RLIMIT_NOFILE 100")) << run.output.err;
+  EXPECT_TRUE(contains(run.output.err, "raise it (ulimit -n ")) << run.output.err;
+}
+
+// ---- DNS over TCP: trickling clients do not hold every slot ---------------------------------
+
+TEST_F(EgressHostileTest, TricklingDnsOverTcpConnectionsDoNotHoldEverySlot) {
+  TcpEchoServer echo;
+  set_moon({{"echo.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}});
+  // 32 connections (every slot) each send one byte a second of a query that never
+  // completes; a real query is tried on a new connection every second. The deadline is
+  // absolute (10 s): the trickles are closed then, and the real query is answered.
+  auto run = probe({"dns_trickle", "32", "16", "echo.test"});
+  unsigned after = 0, closed = 0;
+  ASSERT_EQ(std::sscanf(run.result.c_str(), "ok answered after %u s; trickles closed %u", &after, &closed), 2)
+      << run.context();
+  EXPECT_GE(after, 9u) << run.context();
+  EXPECT_LE(after, 13u) << run.context();
+  EXPECT_EQ(closed, 32u) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  // The real query's attempts while every slot was taken were closed and counted.
+  const json limit = limit_event(run, "dns_tcp_connections");
+  ASSERT_FALSE(limit.is_null()) << run.context();
+  EXPECT_EQ(limit.value("limit_connections", 0u), 32u) << limit.dump();
+  EXPECT_GE(limit.value("refused", 0u), 1u) << limit.dump();
+}
+
+// ---- UDP: the flow idle longest is evicted ---------------------------------------------------
+
+TEST_F(EgressHostileTest, UdpFlowEvictionClosesTheFlowIdleLongest) {
+  UdpEchoServer echo;
+  set_moon({{"udp.test", "127.0.0.1"}});
+  set_egress({{"udp.test", echo.port(), "udp"}});
+  // 65 flows through a relay that holds 64; the first is used again before the last, so
+  // the second is the one idle longest (and not the one with the lowest address).
+  auto run = probe({"udp_flows", "udp.test", std::to_string(echo.port()), "64", "41000"});
+  expect_allowed(run, "ok 65 flows");
+  const auto opened = run.of_type("egress_opened");
+  ASSERT_EQ(opened.size(), 65u) << run.context();
+  std::vector<json> evicted;
+  json first_closed;
+  for (const auto& e : run.of_type("egress_closed")) {
+    if (e["data"].value("reason", "") == "flow limit") evicted.push_back(e["data"]);
+    if (e["data"]["connection"] == opened[0]["data"]["connection"]) first_closed = e["data"];
+  }
+  ASSERT_EQ(evicted.size(), 1u) << run.context();
+  EXPECT_EQ(evicted[0]["connection"], opened[1]["data"]["connection"]) << evicted[0].dump();
+  ASSERT_FALSE(first_closed.is_null()) << run.context();
+  EXPECT_EQ(first_closed["reason"], "run ended") << first_closed.dump();
+}
+
+// ---- upstream answers in every form of a private or host address ----------------------------
+
+TEST_F(EgressHostileTest, UpstreamAnswersInEveryFormOfAPrivateOrHostAddressAreRefused) {
+  SentinelListener sentinel("0.0.0.0");
+  TcpEchoServer echo;
+  const std::string host = leak_ip_;  // the host's own address (127.0.0.1 when it has no other)
+  // A real upstream resolver (dns.upstream): dns.hosts answers are trusted as given.
+  DnsServer dns({{"mapped.test", {"::ffff:127.0.0.1"}},
+                 {"compat.test", {"::127.0.0.1"}},
+                 {"nat64.test", {"64:ff9b::7f00:1"}},
+                 {"sixtofour.test", {"2002:7f00:1::1"}},
+                 {"metadata.test", {"64:ff9b::a9fe:a9fe"}},
+                 {"hostmapped.test", {"::ffff:" + host}},
+                 {"hostnat64.test", {"64:ff9b::" + host}},
+                 {"plain.test", {"127.0.0.1"}}});
+  dir_.write("home/moon.yaml",
+             "dns:\n  hosts:\n    ok.test: 127.0.0.1\n  upstream: 127.0.0.1:" + std::to_string(dns.port()) + "\n");
+  const std::vector<std::string> names = {"mapped.test", "compat.test",     "nat64.test",     "sixtofour.test",
+                                          "metadata.test", "hostmapped.test", "hostnat64.test", "plain.test"};
+  const std::string s = std::to_string(sentinel.port());
+  std::vector<Entry> entries;
+  std::vector<std::string> steps = {"netsteps"};
+  for (const auto& n : names) {
+    entries.push_back({n, sentinel.port(), "tcp"});
+    steps.push_back("tcp_echo " + n + " " + s + " x");
+  }
+  entries.push_back({"ok.test", echo.port(), "tcp"});
+  steps.push_back("tcp_echo ok.test " + std::to_string(echo.port()) + " fine");
+  set_egress(entries);
+  auto run = probe(steps);
+  ASSERT_EQ(run.results.size(), names.size() + 1) << run.context();
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_TRUE(looks_reset(run.results[i]) || run.results[i] == "eof") << names[i] << "\n" << run.context();
+    json v = run.violation_where([&](const std::string& r) { return r.rfind(names[i] + "[", 0) == 0; });
+    ASSERT_FALSE(v.is_null()) << names[i] << "\n" << run.context();
+    EXPECT_TRUE(ends_with(v.value("resource", ""), "]:" + s + "/tcp")) << v.dump();
+    EXPECT_EQ(v["errno"], "ECONNRESET") << v.dump();
+    const std::string why = v.value("detail", "");
+    EXPECT_TRUE(contains(why, "private") || contains(why, "this host")) << v.dump();
+  }
+  EXPECT_EQ(run.results.back(), "ok fine") << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  // Each name was really resolved upstream (an AAAA question for the IPv6 forms).
+  const auto asked = dns.questions();
+  for (const auto& n : names) {
+    EXPECT_NE(std::find(asked.begin(), asked.end(), n + " AAAA"), asked.end()) << n;
+  }
+  expect_untouched(sentinel);
+}
+
+// ---- honest blame: what the upstream sent is not the agent's violation ----------------------
+
+TEST_F(EgressHostileTest, AnUpstreamAnsweringGarbageIsAnUpstreamErrorNotAViolation) {
+  TcpEchoServer echo;  // answers a ClientHello with that ClientHello: not a ServerHello
+  set_moon({{"tls.test", "127.0.0.1"}});
+  set_egress({{"tls.test", echo.port(), "https"}});
+  const std::string p = std::to_string(echo.port());
+  auto run = probe({"tls", "tls.test", p});
+  EXPECT_TRUE(looks_reset(run.result) || run.result == "eof") << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  json closed;
+  for (const auto& e : run.of_type("egress_closed")) closed = e["data"];
+  ASSERT_FALSE(closed.is_null()) << run.context();
+  EXPECT_EQ(closed["reason"], "upstream error") << closed.dump();
+  EXPECT_TRUE(contains(closed.value("error", ""), "the server's first flight")) << closed.dump();
+  EXPECT_EQ(closed["sni"], "tls.test") << closed.dump();
+  EXPECT_TRUE(contains(run.output.err, "soyaos: egress: upstream error: tls.test:" + p +
+                                           "/https: tls: the server's first flight"))
+      << run.output.err;
+}
+
+TEST_F(EgressHostileProxyTest, AnUpstreamAnsweringGarbageInATunnelIsAnUpstreamError) {
+  TcpEchoServer echo;
+  set_proxy_moon({{"tls.test", "127.0.0.1"}}, {{"tls.test", echo.port(), "https"}});
+  set_proxy_pack();
+  const std::string p = std::to_string(echo.port());
+  auto run = probe({"proxy_connect", "tls.test", p});
+  EXPECT_TRUE(looks_reset(run.result) || run.result == "eof") << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  json closed;
+  for (const auto& e : run.of_type("egress_closed")) closed = e["data"];
+  ASSERT_FALSE(closed.is_null()) << run.context();
+  EXPECT_EQ(closed["reason"], "upstream error") << closed.dump();
+  EXPECT_EQ(closed["via"], "moon-proxy") << closed.dump();
+  EXPECT_TRUE(contains(run.output.err, "soyaos: egress: upstream error: tls.test:" + p + "/https"))
+      << run.output.err;
 }
 
 }  // namespace

@@ -675,9 +675,18 @@ TEST_F(EgressTest, ConnectionsBeyondTheCapAreResetAndTheGatewayRecovers) {
   EXPECT_EQ(run.results[4], "ok ping") << run.context();
   ASSERT_TRUE(tls.wait_served(1));
   EXPECT_EQ(tls.accepted(), 1) << tls.describe();
-  // The cap is a bound, not a policy decision: no violation, exit 0.
+  // The cap is a bound, not a policy decision: no violation, exit 0; the refusals are
+  // counted in limit_exceeded (48 held ones and the one at the cap).
   EXPECT_TRUE(run.violations().empty()) << run.context();
   EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  json limit;
+  for (const auto& e : run.of_type("limit_exceeded")) {
+    if (e["data"].value("limit", "") == "connections") limit = e["data"];
+  }
+  ASSERT_FALSE(limit.is_null()) << run.context();
+  EXPECT_EQ(limit.value("limit_connections", 0u), 512u) << limit.dump();
+  EXPECT_EQ(limit.value("refused", 0u), 49u) << limit.dump();
+  EXPECT_EQ(limit["action"], "refused") << limit.dump();
   const long rss = peak_rss_kb(run);
   EXPECT_LT(rss, kSupervisorRssBoundKib) << rss;
 }

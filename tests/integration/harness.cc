@@ -1,10 +1,15 @@
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -188,6 +193,7 @@ namespace {
 struct Command {
   std::vector<std::string> env_strings;
   std::vector<std::string> argv_strings;
+  rlim_t nofile = 0;  // kNofileEnv: RLIMIT_NOFILE (soft and hard) for soyaos; 0 = inherited
 };
 
 std::string shell_quote(const std::string& s) {
@@ -225,6 +231,10 @@ pid_t spawn(Command& cmd, const std::filesystem::path& cwd, int stdin_fd, int& o
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
+    if (cmd.nofile > 0) {
+      struct rlimit rl {cmd.nofile, cmd.nofile};
+      if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::_exit(127);
+    }
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
@@ -369,7 +379,13 @@ Command make_command(const std::vector<std::string>& args, const std::map<std::s
     if (eq != std::string::npos && env.count(entry.substr(0, eq)) != 0) continue;
     env_strings.push_back(entry);
   }
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  for (const auto& [k, v] : env) {
+    if (k == kNofileEnv) {
+      cmd.nofile = std::stoul(v);  // the harness's, not passed on
+      continue;
+    }
+    env_strings.push_back(k + "=" + v);
+  }
   if (env.count("SOYAOS_HOME") == 0) {
     const std::string& home = test_home();
     std::filesystem::create_directories(home);
@@ -446,6 +462,22 @@ std::string read_file(const std::filesystem::path& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+std::string host_ipv4_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string out;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    out = text;
+    break;
+  }
+  ::freeifaddrs(list);
+  return out;
 }
 
 }  // namespace soyaos::testing

@@ -14,6 +14,11 @@ struct RunOutput {
   std::string err;     // stderr
 };
 
+// An `env` key run_soyaos() and Background take for themselves (not passed on): soyaos runs
+// with RLIMIT_NOFILE (soft and hard) set to this number, as under `ulimit -n N` (the egress
+// gateway's descriptor budget, docs/network.md).
+inline constexpr const char* kNofileEnv = "SOYAOS_TEST_RLIMIT_NOFILE";
+
 // Runs `soyaos ARGS...` with stdin from /dev/null. `env` entries are added to (or replace
 // in) the inherited environment; `cwd` empty means the current directory.
 RunOutput run_soyaos(const std::vector<std::string>& args,
@@ -80,5 +85,9 @@ class TempDir {
 };
 
 std::string read_file(const std::filesystem::path& path);
+
+// The host's first non-loopback IPv4 address that is up ("" when it has none): where a leak
+// out of a sandbox could land.
+std::string host_ipv4_address();
 
 }  // namespace soyaos::testing

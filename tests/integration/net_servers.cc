@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -371,22 +369,6 @@ void NetServer::serve_tls(int fd, std::string& got) {
   ERR_clear_error();
 }
 
-std::string host_ipv4_address() {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return "";
-  std::string out;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    char text[INET_ADDRSTRLEN];
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
-    out = text;
-    break;
-  }
-  ::freeifaddrs(list);
-  return out;
-}
-
 bool host_has_ipv6_loopback() {
   int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -396,6 +378,96 @@ bool host_has_ipv6_loopback() {
   bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   ::close(fd);
   return ok;
+}
+
+// ---- DnsServer ------------------------------------------------------------------------------
+
+DnsServer::DnsServer(std::map<std::string, std::vector<std::string>> records) : records_(std::move(records)) {
+  fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0 || ::pipe2(stop_pipe_, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    throw std::runtime_error("DnsServer: " + std::string(std::strerror(e)));
+  }
+  port_ = ntohs(a.sin_port);
+  thread_ = std::thread([this] { loop(); });
+}
+
+DnsServer::~DnsServer() {
+  char c = 1;
+  (void)!::write(stop_pipe_[1], &c, 1);
+  if (thread_.joinable()) thread_.join();
+  ::close(fd_);
+  ::close(stop_pipe_[0]);
+  ::close(stop_pipe_[1]);
+}
+
+std::vector<std::string> DnsServer::questions() const {
+  std::lock_guard lock(mu_);
+  return questions_;
+}
+
+void DnsServer::loop() {
+  for (;;) {
+    pollfd p[2] = {{fd_, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[1].revents != 0) return;
+    uint8_t q[512];
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    const ssize_t n = ::recvfrom(fd_, q, sizeof q, 0, reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (n < 12) continue;
+    // One question: labels, then type and class.
+    size_t off = 12;
+    std::string name;
+    while (off < static_cast<size_t>(n) && q[off] != 0 && q[off] < 64) {
+      const size_t l = q[off];
+      if (off + 1 + l >= static_cast<size_t>(n)) break;
+      if (!name.empty()) name += '.';
+      for (size_t i = 0; i < l; ++i) name += static_cast<char>(std::tolower(q[off + 1 + i]));
+      off += 1 + l;
+    }
+    if (off + 5 > static_cast<size_t>(n) || q[off] != 0) continue;
+    const uint16_t type = static_cast<uint16_t>(q[off + 1] << 8 | q[off + 2]);
+    const size_t question_end = off + 5;
+    {
+      std::lock_guard lock(mu_);
+      questions_.push_back(name + " " + (type == 1 ? "A" : type == 28 ? "AAAA" : std::to_string(type)));
+    }
+    std::vector<uint8_t> r(q, q + question_end);
+    r[2] = 0x81;  // QR, RD
+    r[3] = 0x80;  // RA, NOERROR
+    r[6] = r[7] = r[8] = r[9] = r[10] = r[11] = 0;
+    auto it = records_.find(name);
+    uint16_t answers = 0;
+    if (it == records_.end()) {
+      r[3] |= 3;  // NXDOMAIN
+    } else {
+      for (const auto& text : it->second) {
+        uint8_t bytes[16];
+        const bool v6 = text.find(':') != std::string::npos;
+        if ((type == 1 && v6) || (type == 28 && !v6) || (type != 1 && type != 28)) continue;
+        if (::inet_pton(v6 ? AF_INET6 : AF_INET, text.c_str(), bytes) != 1) continue;
+        const uint8_t rr[] = {0xc0, 0x0c, 0, static_cast<uint8_t>(type), 0, 1, 0, 0, 0, 60, 0,
+                              static_cast<uint8_t>(v6 ? 16 : 4)};
+        r.insert(r.end(), rr, rr + sizeof rr);
+        r.insert(r.end(), bytes, bytes + (v6 ? 16 : 4));
+        ++answers;
+      }
+    }
+    r[6] = static_cast<uint8_t>(answers >> 8);
+    r[7] = static_cast<uint8_t>(answers & 0xff);
+    (void)::sendto(fd_, r.data(), r.size(), 0, reinterpret_cast<sockaddr*>(&from), from_len);
+  }
 }
 
 }  // namespace soyaos::testing

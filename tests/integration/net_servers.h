@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -134,8 +135,33 @@ class SentinelListener : public NetServer {
   explicit SentinelListener(const std::string& address = "0.0.0.0") : NetServer({Kind::kSentinel, address, 0}) {}
 };
 
-// The host's first non-loopback IPv4 address that is up ("" when it has none).
-std::string host_ipv4_address();
+// A DNS server on 127.0.0.1 (UDP), to be the Moon's `dns.upstream`: answers A and AAAA
+// questions from `records` (a name -> its addresses, IPv4 and IPv6 text forms; a name with
+// no address of the asked type gets NODATA), NXDOMAIN for other names. So a test controls
+// what an upstream resolver answers, private and odd address forms included (dns.hosts
+// answers are trusted as given and would skip the checks under test).
+class DnsServer {
+ public:
+  explicit DnsServer(std::map<std::string, std::vector<std::string>> records);
+  ~DnsServer();
+  DnsServer(const DnsServer&) = delete;
+  DnsServer& operator=(const DnsServer&) = delete;
+  [[nodiscard]] uint16_t port() const { return port_; }
+  // Every question asked so far, "NAME TYPE" (TYPE: A, AAAA or the number).
+  [[nodiscard]] std::vector<std::string> questions() const;
+
+ private:
+  void loop();
+  std::map<std::string, std::vector<std::string>> records_;
+  int fd_ = -1;
+  int stop_pipe_[2] = {-1, -1};
+  uint16_t port_ = 0;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::vector<std::string> questions_;
+};
+
+// host_ipv4_address() is in harness.h.
 // True when the host has IPv6 loopback (::1) configured.
 bool host_has_ipv6_loopback();
 

@@ -265,6 +265,8 @@ TEST(EgressPlan, MoonProxyPackAlsoGetsProxyAllowAsEntries) {
 TEST(EgressPlan, EgressTargetBracketsIpv6) {
   EXPECT_EQ(egress_target("api.example.com", 443, "https"), "api.example.com:443/https");
   EXPECT_EQ(egress_target("2001:db8::1", 53, "udp"), "[2001:db8::1]:53/udp");
+  // A refused upstream answer: NAME[ADDRESS], not bracketed again (docs/network.md).
+  EXPECT_EQ(egress_target("a.test[::ffff:127.0.0.1]", 80, "tcp"), "a.test[::ffff:127.0.0.1]:80/tcp");
 }
 
 }  // namespace

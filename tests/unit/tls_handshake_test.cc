@@ -175,12 +175,18 @@ TEST(HandshakeWatch, RefusesOddClientRecordsAndServerGarbage) {
     TlsHandshakeWatch w(std::string("a.example"));
     EXPECT_EQ(w.client_bytes(bad), 0U);
     EXPECT_EQ(w.state(), State::refused);
+    EXPECT_FALSE(w.server_fault());  // the agent's doing: a violation
   }
   TlsHandshakeWatch w(std::string("a.example"));
   const Bytes http = {'H', 'T', 'T', 'P', '/', '1', '.', '1'};
   w.server_bytes(http);
   EXPECT_EQ(w.state(), State::refused);
   EXPECT_NE(w.reason().find("server"), std::string::npos);
+  EXPECT_TRUE(w.server_fault());  // the upstream's failure, not the agent's violation
+  TlsHandshakeWatch echoed(std::string("a.example"));  // a server echoing the ClientHello
+  echoed.server_bytes(records(hello_message({sni("a.example")})));
+  EXPECT_EQ(echoed.state(), State::refused);
+  EXPECT_TRUE(echoed.server_fault());
   TlsHandshakeWatch alert(std::string("a.example"));
   alert.server_bytes(Bytes{21, 3, 3, 0, 2, 2, 112});
   EXPECT_EQ(alert.state(), State::done);
