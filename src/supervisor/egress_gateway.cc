@@ -115,7 +115,13 @@ void EgressService::Impl::head_ready(Conn* c) {
              "not a valid TLS ClientHello" + (hello.reason.empty() ? std::string() : ": " + hello.reason));
       return;
     }
-    if (hello.hello.ech) {
+    // Intercepted (C11): the gateway answers the TLS itself, so an ECH extension (GREASE, as
+    // browsers and recent clients send it) hides nothing from it and is accepted (issue #18).
+    // (Only the pack's own entries: an operator's proxy.allow entry is never intercepted.)
+    const size_t https_entry = first(Protocol::https);
+    const bool intercept = icpt != nullptr && icpt->authority != nullptr && !plan.from_proxy_allow(https_entry) &&
+                           icpt->intercepts(plan.entry(https_entry), c->host);
+    if (hello.hello.ech && !intercept) {
       refuse(c, target, key, network::ech_refusal(hello.hello.ech_type));
       return;
     }
@@ -135,7 +141,11 @@ void EgressService::Impl::head_ready(Conn* c) {
       return;
     }
     c->sni = sni.value_or("");
-    c->tls_watch.emplace(sni);  // the second flight (a HelloRetryRequest's second hello) is checked too
+    if (intercept) {
+      c->intercept = true;  // the handshake is ours (egress_intercept.cc): nothing to follow
+    } else {
+      c->tls_watch.emplace(sni);  // the second flight (a HelloRetryRequest's second hello) is checked too
+    }
     c->entry = first(Protocol::https);
     c->protocol = "https";
   } else {
@@ -152,6 +162,16 @@ void EgressService::Impl::head_ready(Conn* c) {
     }
     if (https_only) {
       refuse(c, target, key, "plaintext HTTP on an https entry");
+      return;
+    }
+    // Intercepted (C11): every request, this one included, is checked by the exchange, which
+    // answers a refusal with a 403 the agent can read.
+    if (icpt != nullptr && !plan.from_proxy_allow(first(Protocol::http)) &&
+        icpt->intercepts(plan.entry(first(Protocol::http)), c->host)) {
+      c->entry = first(Protocol::http);
+      c->protocol = "http";
+      c->intercept = true;
+      resolve(c);
       return;
     }
     const auto& h = head.head;

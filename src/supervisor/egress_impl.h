@@ -23,6 +23,7 @@
 
 #include "network/tls_handshake.h"
 #include "supervisor/egress_service.h"
+#include "supervisor/interception.h"
 #include "supervisor/resolver.h"
 
 namespace soyaos::supervisor {
@@ -118,6 +119,9 @@ struct EgressService::Impl {
     bool proxy_connect = false;
     bool proxy_tls = false;
     bool proxy_answered = false;  // a 200 went to the agent: from then on, only resets
+    // The gateway reads this connection (C11: the entry has `http` rules or a secret is bound
+    // to the host): once connected it goes to an exchange thread (egress_intercept.cc).
+    bool intercept = false;
     std::string entry_key;
     uint32_t ev_agent = 0, ev_up = 0;
     Watch w_agent{Kind::conn_agent, nullptr}, w_up{Kind::conn_upstream, nullptr};
@@ -182,6 +186,28 @@ struct EgressService::Impl {
   UniqueFd accept_one(int listener, uint64_t* refused, bool* more);
   void set_listeners(uint32_t events);
   void report_limits();
+  // ---- intercepted connections (egress_intercept.cc): one thread each ----
+  // The implicit moves of its members (strings, vectors, ordered_json, UniqueFd) do not
+  // throw; clang-tidy cannot see through ordered_json.
+  struct ExchangeJob {  // NOLINT(bugprone-exception-escape)
+    uint64_t id = 0;
+    UniqueFd agent, upstream;
+    std::string head;  // the agent's bytes the gateway read (ClientHello or request head)
+    bool tls = true;
+    std::string host;
+    uint16_t port = 0;
+    std::string entry_key, address;
+    std::vector<manifest::HttpRule> rules;
+    Json base;  // egress_opened's data, for egress_closed
+    int64_t started = 0;
+  };
+  struct Exchanges {
+    std::mutex mu;
+    std::map<uint64_t, std::thread> threads;
+    std::vector<uint64_t> done;  // finished, to be joined
+    size_t active = 0;           // under mu
+    UniqueFd stop;               // eventfd: the run ends, every exchange returns
+  };
 
   EgressPlan& plan;
   comet::NetworkFds fds;
@@ -207,8 +233,11 @@ struct EgressService::Impl {
       w_dns_tcp{Kind::dns_tcp_listen}, w_gw4{Kind::gateway_listen}, w_gw6{Kind::gateway_listen},
       w_proxy{Kind::proxy_listen}, w_pool{Kind::wake};
 
-  Impl(EgressPlan& p, comet::NetworkFds f, EgressCallbacks c, EgressLimits l)
-      : plan(p), fds(std::move(f)), cb(std::move(c)), limits(l) {}
+  const Interception* icpt = nullptr;  // null: nothing is intercepted, pure passthrough
+  Exchanges exchanges;
+
+  Impl(EgressPlan& p, comet::NetworkFds f, EgressCallbacks c, EgressLimits l, const Interception* i)
+      : plan(p), fds(std::move(f)), cb(std::move(c)), limits(l), icpt(i) {}
 
   // egress_service.cc: the loop, epoll plumbing, the resolver pool, events and violations
   Json base(const Conn& c) const;
@@ -264,6 +293,12 @@ struct EgressService::Impl {
   void update_interest(Conn* c);
   void rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current);
   void conn_event(Conn* c, bool agent_side, uint32_t ev);
+
+  // egress_intercept.cc: intercepted connections (C11)
+  Status setup_exchanges();
+  void intercept_handoff(Conn* c);
+  void exchange_main(ExchangeJob job);
+  void reap_exchanges(bool all);
 
   // egress_udp.cc: the UDP relays
   void relay_ready(Relay* r);

@@ -157,6 +157,7 @@ Status EgressService::Impl::setup() {
   pool->network = plan.operator_network();
   pool->wake.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!pool->wake) return errno_error("eventfd (resolver)");
+  if (auto s = setup_exchanges(); !s) return s;
 
   // The host's own addresses (in the supervisor's netns): reaching one is reaching the
   // host's services, whatever range it lies in (a public address, TEST-NET, ...).
@@ -372,6 +373,7 @@ void EgressService::Impl::dispatch(Watch* w, uint32_t ev) {
 }
 
 void EgressService::Impl::expire() {
+  reap_exchanges(false);
   const int64_t now = now_ms();
   if (accept_paused) {
     accept_paused = false;
@@ -426,8 +428,9 @@ void EgressService::Impl::finish() {
   pool->cv.notify_all();
 }
 
-EgressService::EgressService(EgressPlan& plan, comet::NetworkFds fds, EgressCallbacks callbacks, EgressLimits limits)
-    : impl_(std::make_unique<Impl>(plan, std::move(fds), std::move(callbacks), limits)) {}
+EgressService::EgressService(EgressPlan& plan, comet::NetworkFds fds, EgressCallbacks callbacks, EgressLimits limits,
+                             const Interception* interception)
+    : impl_(std::make_unique<Impl>(plan, std::move(fds), std::move(callbacks), limits, interception)) {}
 
 EgressService::~EgressService() {
   try {
@@ -453,6 +456,7 @@ void EgressService::stop() {
     (void)::write(impl_->wake.get(), &one, sizeof one);
   }
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->reap_exchanges(true);  // intercepted connections end (each emits egress_closed)
   if (impl_->pool) impl_->finish();
 }
 

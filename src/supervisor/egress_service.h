@@ -30,6 +30,8 @@
 
 namespace soyaos::supervisor {
 
+struct Interception;  // interception.h
+
 struct EgressLimits {
   size_t max_connections = 512;        // open gateway connections at once (per run)
   size_t max_dns_tcp = 32;             // open DNS-over-TCP connections at once
@@ -37,6 +39,7 @@ struct EgressLimits {
   int connect_timeout_ms = 10'000;     // upstream connect
   int idle_timeout_ms = 300'000;       // a relayed connection with no traffic either way
   size_t pipe_bytes = size_t{256} * 1024;      // splice pipe per direction (bounds memory)
+  size_t max_exchanges = 64;           // intercepted connections at once (a thread each, C11)
 };
 
 struct EgressCallbacks {
@@ -46,7 +49,9 @@ struct EgressCallbacks {
 
 class EgressService {
  public:
-  EgressService(EgressPlan& plan, comet::NetworkFds fds, EgressCallbacks callbacks, EgressLimits limits = {});
+  // `interception` (may be null: nothing intercepted) must outlive the service.
+  EgressService(EgressPlan& plan, comet::NetworkFds fds, EgressCallbacks callbacks, EgressLimits limits = {},
+                const Interception* interception = nullptr);
   ~EgressService();
   EgressService(const EgressService&) = delete;
   EgressService& operator=(const EgressService&) = delete;

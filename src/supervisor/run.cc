@@ -19,6 +19,7 @@
 #include "manifest/manifest.h"
 #include "supervisor/egress_plan.h"
 #include "supervisor/egress_service.h"
+#include "supervisor/interception.h"
 #include "supervisor/violation_log.h"
 
 namespace soyaos::supervisor {
@@ -196,6 +197,19 @@ RunReport run_pack(const RunRequest& request) {
     report.error = policy.error().describe();
     return report;
   }
+  // C11: the gateway reads the connections of entries with `http` rules or a bound secret,
+  // terminating TLS with a CA of this run's own, which the Comet then trusts.
+  auto interception = make_interception(policy->egress, request.secrets, request.network.tls_ca_files);
+  if (!interception) {
+    report.error = interception.error().describe();
+    return report;
+  }
+  if (*interception && (*interception)->authority) {
+    if (auto s = trust_run_ca(*policy, (*interception)->authority->ca_pem()); !s) {
+      report.error = s.error().describe();
+      return report;
+    }
+  }
   // Every run gets the network layer, also with `egress: []`: then every attempt is
   // refused by the netns and reported, instead of failing unseen with ENETUNREACH.
   auto egress = EgressPlan::build(*policy, request.network, request.network.proxy_allow);
@@ -256,7 +270,7 @@ RunReport run_pack(const RunRequest& request) {
           " refused at the egress gateway's limit of " + std::to_string(data.value("limit_connections", uint64_t{0})) +
           " open at once (docs/network.md, Limits)");
     }
-    if (type == "dns_query" || type == "egress_opened" || type == "egress_closed") {
+    if (type == "dns_query" || type == "egress_opened" || type == "egress_closed" || type == "http_request") {
       if (++network_events > kMaxNetworkEvents) {
         ++dropped_events[type];
         return;
@@ -365,7 +379,7 @@ RunReport run_pack(const RunRequest& request) {
   EgressCallbacks egress_callbacks;
   egress_callbacks.violation = on_violation;
   egress_callbacks.event = emit;
-  EgressService network(*egress, std::move(launched->network), egress_callbacks);
+  EgressService network(*egress, std::move(launched->network), egress_callbacks, {}, interception->get());
   if (auto s = network.start(); !s) {
     report.error = "network: egress gateway: " + s.error().describe();
     ::kill(launched->pid, SIGKILL);

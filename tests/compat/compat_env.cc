@@ -113,7 +113,8 @@ TestCa make_test_ca(const std::filesystem::path& dir, const std::vector<std::str
   return out;
 }
 
-MockApi::MockApi(const std::filesystem::path& dir, const TestCa& ca) : log_(dir / "mock_api.log") {
+MockApi::MockApi(const std::filesystem::path& dir, const TestCa& ca, const std::string& key)
+    : log_(dir / "mock_api.log") {
   int in_pipe[2];
   int out_pipe[2];
   if (::pipe2(in_pipe, O_CLOEXEC) != 0 || ::pipe2(out_pipe, O_CLOEXEC) != 0) {
@@ -123,7 +124,8 @@ MockApi::MockApi(const std::filesystem::path& dir, const TestCa& ca) : log_(dir 
   std::vector<std::string> args = {"/usr/bin/python3",  source_path("tests/compat/mock_api.py").string(),
                                    "--cert",            ca.server_pem.string(),
                                    "--key-file",        ca.server_key.string(),
-                                   "--log",             log_.string()};
+                                   "--log",             log_.string(),
+                                   "--key",             key};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -27,7 +27,8 @@ TestCa make_test_ca(const std::filesystem::path& dir, const std::vector<std::str
 // exits by itself when its stdin (held here) closes, so it never outlives the test.
 class MockApi {
  public:
-  MockApi(const std::filesystem::path& dir, const TestCa& ca);
+  // `key`: the API key the model routes accept (Authorization: Bearer KEY, x-api-key: KEY).
+  MockApi(const std::filesystem::path& dir, const TestCa& ca, const std::string& key = "test-key-not-secret");
   ~MockApi();
   MockApi(const MockApi&) = delete;
   MockApi& operator=(const MockApi&) = delete;

@@ -16,7 +16,7 @@ Routes (any Host):
   POST /echo                  answers the request body
   anything else               200 "hello from HOST PATH"
 Every request is appended to the log file as one JSON object per line (scheme, sni,
-method, path, host, authorization, x-api-key, body) so the test can check what arrived.
+method, path, host, authorization, x-api-key, body, alpn) so the test can check what arrived.
 """
 import argparse
 import json
@@ -58,6 +58,10 @@ class Handler(BaseHTTPRequestHandler):
             "authorization": self.headers.get("Authorization", ""),
             "x-api-key": self.headers.get("x-api-key", ""),
             "body": body.decode("utf-8", "replace"),
+            # The ALPN protocol the TLS session chose: "soyaos-probe" only when the client's
+            # own ClientHello offered it (a passthrough session is the agent's, issue #12).
+            "alpn": self.connection.selected_alpn_protocol() if hasattr(self.connection, "selected_alpn_protocol")
+            else None,
         })
 
     def _send(self, status, ctype, data):
@@ -200,6 +204,7 @@ def main():
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(ARGS.cert, ARGS.key_file)
+    ctx.set_alpn_protocols(["soyaos-probe", "http/1.1"])
 
     def on_sni(sock, name, _ctx):
         sock.compat_sni = name

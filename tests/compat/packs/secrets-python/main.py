@@ -1,0 +1,280 @@
+"""Compatibility corpus, secrets (issue #12): each named check uses a real client the way an
+agent would, and prints one line `RESULT NAME ok DETAIL` or `RESULT NAME fail ERROR`.
+
+    main.py --openai URL --anthropic URL --passthrough URL [--plain URL] CHECK...
+
+A `deny_*` check does something the pack's http rules or secrets forbid and prints
+`RESULT NAME refused DETAIL` when the gateway answered 403 with x-soyaos-denied (the expected
+outcome), `RESULT NAME fail ...` otherwise. Exit status: 0 when every check printed ok/refused.
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import ssl
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+
+ARGS = None
+PLACEHOLDER_PREFIX = "soyaos-placeholder-"
+
+
+def expect(cond, detail):
+    if not cond:
+        raise AssertionError(detail)
+
+
+def host_of(url):
+    return urllib.parse.urlsplit(url).hostname
+
+
+def chat_body(stream=False):
+    return json.dumps({"model": "gpt-mock", "stream": stream,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def openai_headers():
+    return {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
+
+
+def conn(url):
+    return http.client.HTTPSConnection(host_of(url), 443, timeout=10, context=ssl.create_default_context())
+
+
+def denied(resp, body):
+    """A gateway refusal: 403 with x-soyaos-denied and a JSON body naming the rule."""
+    expect(resp.status == 403, f"status {resp.status}: {body[:200]!r}")
+    rule = resp.getheader("x-soyaos-denied")
+    expect(rule, f"no x-soyaos-denied header: {resp.getheaders()}")
+    return f"403 x-soyaos-denied: {rule}"
+
+
+# ---- allowed ------------------------------------------------------------------------------
+
+def check_env_holds_placeholders():
+    # The variables hold placeholders; the test checks that the real keys appear nowhere in
+    # this output (the environment and /proc/self/environ are printed for it).
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        expect(os.environ[name].startswith(PLACEHOLDER_PREFIX), f"{name}={os.environ[name][:24]}...")
+    with open("/proc/self/environ", "rb") as f:
+        environ = f.read().replace(b"\0", b"\n").decode("utf-8", "replace")
+    print("ENVIRON-BEGIN\n" + environ + "\nENVIRON-END")
+    expect(os.environ.get("SSL_CERT_FILE") == "/etc/soyaos/ca-certificates.crt", os.environ.get("SSL_CERT_FILE"))
+    return "placeholders only"
+
+
+def check_urllib_openai():
+    req = urllib.request.Request(ARGS.openai + "/v1/chat/completions", data=chat_body(), headers=openai_headers())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        reply = json.loads(r.read())
+    text = reply["choices"][0]["message"]["content"]
+    expect(text == "Hello from mock openai", text)
+    return text
+
+
+def check_requests_anthropic():
+    import requests
+    r = requests.post(ARGS.anthropic + "/v1/messages", timeout=10,
+                      headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01"},
+                      json={"model": "claude-mock", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+    expect(r.status_code == 200, f"{r.status_code} {r.text[:200]}")
+    return r.json()["content"][0]["text"]
+
+
+def check_httpx_openai_stream():
+    import httpx
+    with httpx.Client(timeout=10) as c:
+        with c.stream("POST", ARGS.openai + "/v1/chat/completions", content=chat_body(True),
+                      headers=openai_headers()) as r:
+            expect(r.status_code == 200, r.status_code)
+            data = [l[5:].strip() for l in r.iter_lines() if l.startswith("data:")]
+    expect(data[-1] == "[DONE]", data)
+    return f"{len(data)} events"
+
+
+def check_sse_spacing():
+    # Each event must reach the agent when the server sends it (0.4 s apart), not buffered.
+    import requests
+    start = time.monotonic()
+    seen = []
+    with requests.get(ARGS.openai + "/sse?delay=0.4", stream=True, timeout=10) as r:
+        expect(r.status_code == 200, r.status_code)
+        for line in r.iter_lines(chunk_size=1):
+            if line.startswith(b"data:"):
+                seen.append(time.monotonic() - start)
+    expect(len(seen) == 3, seen)
+    gaps = [b - a for a, b in zip(seen, seen[1:])]
+    expect(all(g > 0.3 for g in gaps), f"gaps {gaps}")
+    return "gaps " + ",".join(f"{g:.2f}" for g in gaps)
+
+
+def check_keepalive_allowed():
+    c = conn(ARGS.openai)
+    for i in range(3):
+        c.request("POST", "/v1/chat/completions", body=chat_body(), headers=openai_headers())
+        r = c.getresponse()
+        body = r.read()
+        expect(r.status == 200, f"request {i}: {r.status} {body[:100]!r}")
+    c.close()
+    return "3 requests on one connection"
+
+
+def check_intercepted_cert():
+    # The gateway answers for api.openai.com with a leaf of the run's CA.
+    with socket.create_connection((host_of(ARGS.openai), 443), timeout=10) as s:
+        with ssl.create_default_context().wrap_socket(s, server_hostname=host_of(ARGS.openai)) as t:
+            issuer = dict(x[0] for x in t.getpeercert()["issuer"])
+            alpn = t.selected_alpn_protocol()
+    expect(issuer.get("commonName") == "SoyaOS Comet run CA", issuer)
+    return f"issuer {issuer.get('commonName')}, alpn {alpn}"
+
+
+def check_passthrough_untouched():
+    # No secret, no rules: the agent's own TLS session reaches the server (its certificate,
+    # and the ALPN only this ClientHello offers).
+    ctx = ssl.create_default_context(cafile="/workdir/ca/test-ca.pem")
+    ctx.set_alpn_protocols(["soyaos-probe", "http/1.1"])
+    with socket.create_connection((host_of(ARGS.passthrough), 443), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname=host_of(ARGS.passthrough)) as t:
+            issuer = dict(x[0] for x in t.getpeercert()["issuer"])
+            alpn = t.selected_alpn_protocol()
+            t.sendall(b"GET /hello/passthrough HTTP/1.1\r\nHost: " + host_of(ARGS.passthrough).encode() +
+                      b"\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                chunk = t.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+    expect(alpn == "soyaos-probe", alpn)
+    expect("SoyaOS" not in str(issuer), issuer)
+    expect(b" 200 " in data.split(b"\r\n")[0], data[:100])
+    return f"issuer {issuer.get('commonName')}, alpn {alpn}"
+
+
+def check_plain_http_rules():
+    # A plain http entry with rules is read by the gateway too (no TLS).
+    with urllib.request.urlopen(ARGS.plain + "/hello/plain-rules", timeout=10) as r:
+        body = r.read().decode()
+    expect(body.startswith("hello from plain.compat.test"), body)
+    return body
+
+
+def check_upstream_unverified():
+    # The gateway cannot verify the upstream (the operator did not list its CA): the agent
+    # gets a 502 saying why, not a bare reset.
+    req = urllib.request.Request(ARGS.openai + "/v1/chat/completions", data=chat_body(), headers=openai_headers())
+    try:
+        urllib.request.urlopen(req, timeout=10)
+    except urllib.error.HTTPError as e:
+        body = e.read().decode()
+        expect(e.code == 502 and "certificate" in body, f"{e.code} {body[:200]}")
+        return f"502 {body[:160]}"
+    raise AssertionError("reached an upstream the gateway could not verify")
+
+
+# ---- denied -------------------------------------------------------------------------------
+
+def deny_raw(method, path, headers=None, body=None, url=None):
+    c = conn(url or ARGS.openai)
+    c.request(method, path, body=body, headers=headers or openai_headers())
+    r = c.getresponse()
+    text = r.read()
+    c.close()
+    return denied(r, text)
+
+
+def check_deny_wrong_method():
+    return deny_raw("DELETE", "/v1/chat/completions")
+
+
+def check_deny_wrong_path():
+    return deny_raw("POST", "/v1/files", body=b"{}")
+
+
+def check_deny_traversal():
+    out = []
+    for path in ("/v1/chat/completions/../../admin", "/v1/models/%2e%2e/%2E%2E/admin", "/v1/models/x%2Fy",
+                 "//v1/chat/completions/..//..//v1/files"):
+        method = "GET" if path.startswith("/v1/models") else "POST"
+        out.append(deny_raw(method, path, body=b"{}" if method == "POST" else None))
+    return "; ".join(out)
+
+
+def check_deny_keepalive_second():
+    c = conn(ARGS.openai)
+    c.request("POST", "/v1/chat/completions", body=chat_body(), headers=openai_headers())
+    r = c.getresponse()
+    first = r.read()
+    expect(r.status == 200, f"first {r.status} {first[:100]!r}")
+    c.request("GET", "/v1/files", headers=openai_headers())
+    r = c.getresponse()
+    return "second: " + denied(r, r.read())
+
+
+def check_deny_placeholder_unbound():
+    # OPENAI_API_KEY's placeholder sent to api.anthropic.com (bound to api.openai.com only).
+    headers = {"x-api-key": os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
+    return deny_raw("POST", "/v1/messages", headers=headers, body=b"{}", url=ARGS.anthropic)
+
+
+def check_deny_host_mismatch():
+    headers = dict(openai_headers())
+    headers["Host"] = host_of(ARGS.anthropic)
+    return deny_raw("POST", "/v1/chat/completions", headers=headers, body=chat_body())
+
+
+def check_deny_plain_http_path():
+    try:
+        urllib.request.urlopen(ARGS.plain + "/other", timeout=10)
+    except urllib.error.HTTPError as e:
+        body = e.read()
+        expect(e.code == 403 and e.headers.get("x-soyaos-denied"), f"{e.code} {e.headers}")
+        return f"403 x-soyaos-denied: {e.headers.get('x-soyaos-denied')}"
+    raise AssertionError("reached")
+
+
+def check_placeholder_in_body_not_substituted():
+    # Bodies are never rewritten (documented): the server sees the placeholder, not the key.
+    req = urllib.request.Request(ARGS.openai + "/v1/chat/completions", headers=openai_headers(),
+                                 data=json.dumps({"model": "gpt-mock", "messages": [
+                                     {"role": "user", "content": os.environ["OPENAI_API_KEY"]}]}).encode())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        r.read()
+    return "sent"
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--openai", required=True)
+    p.add_argument("--anthropic", required=True)
+    p.add_argument("--passthrough", required=True)
+    p.add_argument("--plain", default="http://plain.compat.test")
+    p.add_argument("checks", nargs="+")
+    ARGS = p.parse_args()
+    failed = False
+    for name in ARGS.checks:
+        fn = globals().get("check_" + name)
+        if fn is None:
+            print(f"RESULT {name} fail no such check", flush=True)
+            failed = True
+            continue
+        try:
+            detail = fn()
+            status = "refused" if name.startswith("deny_") else "ok"
+            print(f"RESULT {name} {status} {detail}", flush=True)
+        except Exception as e:  # noqa: BLE001 - every failure is a result line
+            traceback.print_exc()
+            print(f"RESULT {name} fail {type(e).__name__}: {e}", flush=True)
+            failed = True
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
