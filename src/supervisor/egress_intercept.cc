@@ -214,11 +214,12 @@ void EgressService::Impl::exchange_main(ExchangeJob job) {
           // agent gets a 502 saying so once its own handshake is through.
           reason = "upstream unreachable";
           error = "TLS to " + job.host + ": " + u->handshake_error();
-          for (int i = 0; i < 20 && !a->handshake_done(); ++i) {
+          for (const int64_t until = mono_ms() + limits.head_timeout_ms; !a->handshake_done() && mono_ms() < until;) {
             auto r = a->handshake();
             if (r.status != IoStatus::would_block) break;
-            struct pollfd p{a->fd(), a->wanted_events(), 0};
-            (void)::poll(&p, 1, 50);
+            struct pollfd p[2] = {{a->fd(), a->wanted_events(), 0}, {exchanges.stop.get(), POLLIN, 0}};
+            (void)::poll(p, 2, 100);
+            if ((p[1].revents & POLLIN) != 0) break;
           }
           if (a->handshake_done()) answer_bad_gateway(*a, error);
           break;

@@ -148,16 +148,6 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
   const auto& m = *loaded.manifest;
-  // M8: `http` rules are enforced by the gateway's HTTP layer (TLS termination, issue #12),
-  // which this build does not have yet. A run that declares them is refused rather than run
-  // without them (C1: never a silent downgrade of what the manifest restricts).
-  for (const auto& e : m.capabilities.egress) {
-    if (!e.http.empty()) {
-      report.error = e.key_path + ": http rules (M8) are not enforced by this build's egress gateway yet; "
-                     "refusing to run without them";
-      return report;
-    }
-  }
   // C11: exactly the declared secrets, each with a value (the CLI resolves them and refuses
   // a missing one; this keeps every other caller honest).
   for (const auto& d : m.secrets) {

@@ -303,7 +303,9 @@ TEST_F(SecretsGatewayTest, AnUpstreamThatDoesNotVerifyIsA502NeverTheKey) {
   args.emplace_back("upstream_unverified");
   auto r = run(copy_pack("secrets-python"), args);
   expect_results(r, {"upstream_unverified"}, "ok");
-  EXPECT_EQ(r.output.exit_code, 0) << r.context();  // not the agent's violation
+  std::string closed_events;
+  for (const auto& c : r.of_type("egress_closed")) closed_events += "\n  " + c.dump();
+  EXPECT_EQ(r.output.exit_code, 0) << r.context() << "\negress_closed:" << closed_events;  // not the agent's violation
   EXPECT_TRUE(r.of_type("capability_violation").empty()) << r.context();
   bool closed = false;
   for (const auto& c : r.of_type("egress_closed")) {

@@ -288,17 +288,21 @@ TEST_F(SecretsTest, PackTestUsesTheSameSources) {
   EXPECT_EQ(files_containing(home_, kValue, home_ / "secrets"), std::vector<std::string>{});
 }
 
-// M8 rules are enforced by the gateway's HTTP layer, not in this build yet: a run that
-// declares them is refused (125) instead of running without them.
-TEST_F(SecretsTest, HttpRulesThatCannotBeEnforcedRefuseTheRun) {
+// M8 rules are enforced by the gateway (TLS termination, docs/secrets.md): a pack that declares
+// them runs, and the Comet trusts the run's CA with nothing configured (its requests are
+// tested end to end with real clients in tests/compat/secrets_test.cc).
+TEST_F(SecretsTest, HttpRulesRunWithTheRunCaTrusted) {
   std::string ruled = kManifest;
   const std::string plain = "protocol: https}";
   ruled.replace(ruled.find(plain), plain.size(), "protocol: https, http: [{method: GET, path: /}]}");
   dir_.write("pack/soyapack.yaml", ruled);
   auto r = run({"--secret", "API_KEY"}, {{"API_KEY", kValue}});
-  EXPECT_EQ(r.exit_code, 125);
-  EXPECT_TRUE(contains(r.err, "capabilities.egress[0]: http rules (M8) are not enforced")) << r.err;
-  EXPECT_FALSE(contains(r.out, "VALUE"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "VALUE soyaos-placeholder-")) << r.out;
+  for (const char* var : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE"}) {
+    EXPECT_TRUE(contains(r.out, std::string(var) + "=/etc/soyaos/ca-certificates.crt")) << var << "\n" << r.out;
+  }
+  EXPECT_FALSE(contains(r.out + r.err, kValue));
 }
 
 // ---- lint, push and inspect ----------------------------------------------------------------
