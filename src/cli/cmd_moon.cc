@@ -1,6 +1,8 @@
 // `soyaos moon check` (docs/moon.md): checks the Moon's state under $SOYAOS_HOME —
-// moon.yaml (SPEC.md C6a), moon.db (SQLite integrity and foreign keys), and every blob of
-// the registry's OCI layout against its digest. One line per finding on stdout, then
+// moon.yaml (SPEC.md C6a), moon.db (SQLite integrity and foreign keys), every blob of
+// the registry's OCI layout against its digest, and the Scope record (E6: the hash chain,
+// the signed checkpoints, the head file, the result cache against the record; the same
+// audit as `scope verify`, cmd_scope_verify.cc). One line per finding on stdout, then
 // `ok` or `N problems`; exit 0 when clean, 1 when anything is wrong.
 //
 // Also the loader every pack-running command uses for the operator's network policy.
@@ -9,6 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,13 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int check() {
+int check(const std::string& key_file) {
   auto home = moon::default_home();
   if (!home) {
     std::fprintf(stderr, "soyaos moon check: %s\n", home.error().describe().c_str());
     return 1;
   }
   std::vector<std::string> findings;
+  std::string verified;
 
   const moon::MoonConfigLoad config = moon::load_moon_config(*home);
   for (const auto& d : config.errors) findings.push_back(d.format());
@@ -64,19 +69,18 @@ int check() {
       } else {
         for (const auto& p : *blobs) findings.push_back("registry: " + p);
       }
+      auto audit = audit_record_lines(*home, std::nullopt, key_file, findings);
+      if (!audit) {
+        findings.push_back("scope: " + audit.error().describe());
+      } else {
+        verified = *audit;
+      }
     }
   } else if (errno != ENOENT) {
     findings.push_back(db.string() + ": cannot examine: " + std::string(std::strerror(errno)));
   }
 
-  std::string out;
-  for (const auto& f : findings) out += f + "\n";
-  if (findings.empty()) {
-    out += "ok\n";
-  } else {
-    out += std::to_string(findings.size()) + (findings.size() == 1 ? " problem\n" : " problems\n");
-  }
-  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) return 1;
+  if (!print_findings(findings, verified)) return 1;
   return findings.empty() ? 0 : 1;
 }
 
@@ -98,8 +102,12 @@ void register_moon_commands(CLI::App& app, CliContext& ctx) {
   auto* moon_cmd = app.add_subcommand("moon", "The Moon's state and configuration");
   moon_cmd->require_subcommand(1);
   auto* cmd = moon_cmd->add_subcommand(
-      "check", "Check moon.yaml, the moon.db database and every registry blob against its digest");
-  cmd->callback([&ctx] { ctx.exit_code = check(); });
+      "check",
+      "Check moon.yaml, the moon.db database, every registry blob against its digest, and the Scope record "
+      "(hash chain, signed checkpoints, cache entries against their runs)");
+  auto key = std::make_shared<std::string>();
+  cmd->add_option("--key", *key, "Verify checkpoints with this public key (PEM) instead of $SOYAOS_HOME/moon.pub");
+  cmd->callback([key, &ctx] { ctx.exit_code = check(*key); });
   register_moon_serve_commands(*moon_cmd, ctx);  // cmd_moon_serve.cc: serve, status
 }
 

@@ -191,6 +191,7 @@ void register_scope_commands(CLI::App& app, CliContext& ctx) {
         ->check(CLI::IsMember({"text", "json"}));
     cmd->callback([follow, lines, format, &ctx] { ctx.exit_code = run_tail(*follow, *lines, *format); });
   }
+  register_scope_verify(*scope, ctx);
 }
 
 }  // namespace soyaos::cli

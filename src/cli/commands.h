@@ -4,7 +4,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/result.h"
+
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,7 @@ void register_pack_lint(CLI::App& pack, CliContext& ctx);      // cmd_pack_lint.
 void register_pack_registry(CLI::App& pack, CliContext& ctx);  // cmd_pack_registry.cc: push, pull, list, inspect, unflag
 void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.cc
 void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
+void register_scope_verify(CLI::App& scope, CliContext& ctx);  // cmd_scope_verify.cc: scope verify
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
 void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
 void register_cache_commands(CLI::App& app, CliContext& ctx);  // cmd_cache.cc: the `cache` group
@@ -43,6 +47,14 @@ void register_secret_commands(CLI::App& app, CliContext& ctx); // cmd_secret.cc:
 // SPEC.md C6a) of `home` into `network`. On errors prints each diagnostic and
 // "soyaos: moon configuration invalid: FILE" on stderr and returns false: the caller
 // exits 125 (a run never starts under a policy the operator did not mean).
+// The Scope record's audit (cmd_scope_verify.cc), shared by `scope verify` and `moon check`:
+// appends one line per problem to `findings`; returns what was verified (for "ok").
+Result<std::string> audit_record_lines(const std::filesystem::path& home, const std::optional<std::string>& run,
+                                       const std::string& key_file, std::vector<std::string>& findings);
+// Prints the findings (at most 1,000 lines, then how many more) and `ok` or `N problems`
+// on stdout; `verified` goes to stderr after `ok`. False when stdout cannot be written.
+bool print_findings(const std::vector<std::string>& findings, const std::string& verified);
+
 bool load_operator_network(const std::filesystem::path& home, policy::OperatorNetwork& network);
 
 }  // namespace soyaos::cli

@@ -235,6 +235,7 @@ void RunCache::arm(supervisor::RunRequest& request) const {
   if (!s_->active) return;
   request.capture_output = true;
   request.tee_output = true;
+  request.cache_key = s_->key;
 }
 
 void RunCache::store(const supervisor::RunReport& r) {

@@ -133,6 +133,24 @@ struct CacheStats {
   int64_t corrupt = 0;     // entries dropped because a blob or the manifest did not verify
 };
 
+// One cache entry as `moon check` audits it (cache_audit.cc), read without changing the
+// cache: the index row, and what its manifest blob says.
+struct CacheEntryAudit {
+  std::string key;
+  std::string run_id;          // the producing run, as the index row names it
+  std::string pack, version, pack_digest;
+  std::string problem;         // the manifest or a blob does not verify ("" when they do)
+  // From the manifest, when it verified:
+  std::string manifest_run_id;
+  int exit_code = 0;
+  std::string stdout_digest, stderr_digest;  // "sha256:…"
+  bool has_out = false;
+  uint64_t out_files = 0, out_bytes = 0;
+};
+// Every entry of HOME/cache (none when there is no cache), each blob verified against its
+// digest. Opens the index read-only: the audit never drops or repairs anything.
+Result<std::vector<CacheEntryAudit>> audit_cache(const std::filesystem::path& home);
+
 class ResultCache {
  public:
   // Opens (creating) HOME/cache. `max_bytes` is the cap enforced after each store.

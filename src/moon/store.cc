@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "moon/chain.h"
 #include "moon/semver.h"
 #include "scope/events.h"
 
@@ -85,6 +86,31 @@ ALTER TABLE flags ADD COLUMN cleared_reason TEXT;
 CREATE INDEX IF NOT EXISTS flags_digest ON flags (digest);
 )sql";
 
+// Schema 3 (E6): the hash chain (prev_hash, hash of every event), the signed checkpoints
+// of it, and when the events stored before this schema were chained (docs/events.md).
+const char* const kSchemaV3 = R"sql(
+ALTER TABLE events ADD COLUMN prev_hash TEXT;
+ALTER TABLE events ADD COLUMN hash TEXT;
+CREATE TABLE IF NOT EXISTS checkpoints (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  seq INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  time TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  signature TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS checkpoints_seq ON checkpoints (seq);
+CREATE TABLE IF NOT EXISTS chain_meta (
+  name TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+)sql";
+
+// The head file is rewritten (an fsync and a rename) when a batch ends a run, holds the
+// Moon's own events, or this many events after the last head: the window in which cutting
+// off the database's tail together with its checkpoints goes unseen (docs/events.md).
+constexpr int64_t kHeadEvery = 256;
+
 Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
   return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
 }
@@ -145,12 +171,18 @@ Result<fs::path> default_home() {
   return make_error("cannot find the SoyaOS home: set SOYAOS_HOME (or HOME)");
 }
 
-Store::Store(Store&& o) noexcept : db_(std::exchange(o.db_, nullptr)), path_(std::move(o.path_)) {}
+Store::Store(Store&& o) noexcept
+    : db_(std::exchange(o.db_, nullptr)),
+      path_(std::move(o.path_)),
+      key_(std::move(o.key_)),
+      pending_head_(std::move(o.pending_head_)) {}
 Store& Store::operator=(Store&& o) noexcept {
   if (this != &o) {
     sqlite3_close_v2(db_);
     db_ = std::exchange(o.db_, nullptr);
     path_ = std::move(o.path_);
+    key_ = std::move(o.key_);
+    pending_head_ = std::move(o.pending_head_);
   }
   return *this;
 }
@@ -241,8 +273,95 @@ Status Store::init_schema() {
   if (*v == 1) {
     if (auto s = exec(db_, path_, kSchemaV2, "upgrade the schema to version 2"); !s) return s;
     if (auto s = exec(db_, path_, "PRAGMA user_version=2", "set the schema version"); !s) return s;
+    *v = 2;
   }
-  return txn.commit();
+  if (*v == 2) {
+    if (auto s = exec(db_, path_, kSchemaV3, "upgrade the schema to version 3"); !s) return s;
+    if (auto s = chain_existing_events(); !s) return s;
+    if (auto s = exec(db_, path_, "PRAGMA user_version=3", "set the schema version"); !s) return s;
+  }
+  if (auto s = txn.commit(); !s) return s;
+  return flush_head();
+}
+
+Status Store::chain_existing_events() {
+  // Chained at upgrade, not before: these rows were stored without a chain, so the chain
+  // proves only that they are unchanged since the upgrade (chain_meta says up to where).
+  // In chunks, so a large store is never held in memory at once.
+  constexpr int64_t kChunk = 4096;
+  auto read = prepare(db_, path_, "SELECT seq, json FROM events WHERE seq > ?1 ORDER BY seq LIMIT " +
+                                      std::to_string(kChunk));
+  if (!read) return read.error();
+  auto update = prepare(db_, path_, "UPDATE events SET prev_hash=?2, hash=?3 WHERE seq=?1");
+  if (!update) return update.error();
+  std::string prev(chain::kGenesisHash);
+  int64_t last = 0;
+  while (true) {
+    std::vector<std::pair<int64_t, std::string>> rows;
+    read->bind(1, last);
+    int rc = 0;
+    while ((rc = read->step()) == SQLITE_ROW) rows.emplace_back(read->integer(0), read->text(1));
+    if (rc != SQLITE_DONE) return db_error(db_, path_, "read events to chain");
+    read->reset();
+    if (rows.empty()) break;
+    for (const auto& [seq, text] : rows) {
+      std::string hash = chain::event_hash(seq, prev, text);
+      update->bind(1, seq).bind(2, prev).bind(3, hash);
+      if (auto s = step_done(*update, db_, path_, "chain event " + std::to_string(seq)); !s) return s;
+      update->reset();
+      prev = std::move(hash);
+      last = seq;
+    }
+  }
+  auto meta = prepare(db_, path_, "INSERT OR REPLACE INTO chain_meta (name, value) VALUES (?1, ?2)");
+  if (!meta) return meta.error();
+  for (const auto& [name, value] : {std::pair<std::string, std::string>{"chained_at_upgrade_through", std::to_string(last)},
+                                    {"upgraded_at", scope::now_rfc3339()}}) {
+    meta->bind(1, name).bind(2, value);
+    if (auto s = step_done(*meta, db_, path_, "record the chain upgrade"); !s) return s;
+    meta->reset();
+  }
+  if (last == 0) return {};
+  auto cp = add_checkpoint(last, prev);
+  if (!cp) return cp.error();
+  pending_head_ = std::make_unique<chain::Checkpoint>(std::move(cp.value()));
+  return {};
+}
+
+Result<const chain::MoonKey*> Store::signing_key() {
+  if (!key_) {
+    auto k = chain::MoonKey::load_or_create(path_.parent_path());
+    if (!k) return make_error("the Moon's signing key: " + k.error().describe());
+    key_ = std::make_unique<chain::MoonKey>(std::move(k.value()));
+  }
+  return static_cast<const chain::MoonKey*>(key_.get());
+}
+
+Result<chain::Checkpoint> Store::add_checkpoint(int64_t seq, const std::string& hash) {
+  auto key = signing_key();
+  if (!key) return key.error();
+  auto cp = (*key)->sign(seq, hash, scope::now_rfc3339());
+  if (!cp) return cp.error();
+  auto st = prepare(db_, path_, "INSERT INTO checkpoints (seq, hash, time, key_id, signature) VALUES (?1,?2,?3,?4,?5)");
+  if (!st) return st.error();
+  st->bind(1, cp->seq).bind(2, cp->hash).bind(3, cp->time).bind(4, cp->key_id).bind(5, cp->signature);
+  if (auto s = step_done(*st, db_, path_, "store a checkpoint"); !s) return s.error();
+  return cp;
+}
+
+Status Store::flush_head() {
+  if (!pending_head_) return {};
+  const chain::Checkpoint cp = *pending_head_;
+  pending_head_.reset();
+  // Only a committed checkpoint: after a rolled-back transaction the head would name an
+  // end the store never had (a false "truncated").
+  auto st = prepare(db_, path_, "SELECT 1 FROM checkpoints WHERE seq=?1 AND hash=?2");
+  if (!st) return st.error();
+  st->bind(1, cp.seq).bind(2, cp.hash);
+  if (st->step() != SQLITE_ROW) return {};
+  if (auto s = chain::write_head(path_.parent_path(), cp); !s)
+    return make_error("events stored, but the Scope head file was not updated: " + s.error().describe(), s.error().err);
+  return {};
 }
 
 // ---- packs ----
@@ -295,6 +414,7 @@ Result<bool> Store::insert_pack(const PackRecord& p, const json& pushed_event) {
   if (sqlite3_changes(db_) == 0) return false;
   if (auto s = append_events(std::span<const json>(&pushed_event, 1)); !s) return s.error();
   if (auto s = txn.commit(); !s) return s.error();
+  if (auto s = flush_head(); !s) return s.error();
   return true;
 }
 
@@ -365,6 +485,7 @@ Result<int> Store::clear_flags(const std::string& name, const std::string& versi
     if (auto s = append_events(std::span<const json>(&unflagged_event, 1)); !s) return s.error();
   }
   if (auto s = txn.commit(); !s) return s.error();
+  if (auto s = flush_head(); !s) return s.error();
   return n;
 }
 
@@ -372,37 +493,86 @@ Result<int> Store::clear_flags(const std::string& name, const std::string& versi
 
 Status Store::append_events(std::span<const json> events) {
   if (events.empty()) return {};
-  // Nested inside insert_pack's transaction when one is open (autocommit off).
+  // Nested inside insert_pack's transaction when one is open (autocommit off). BEGIN
+  // IMMEDIATE takes the write lock before the chain's end is read: two writers never
+  // link to the same event (E6).
   const bool own = sqlite3_get_autocommit(db_) != 0;
   Txn txn(db_, path_, exec, "begin a transaction", "commit");
   if (own) {
     if (auto s = txn.begin(); !s) return s;
   }
-  auto st = prepare(db_, path_, "INSERT INTO events (time, type, run_id, pack, version, json) VALUES (?1,?2,?3,?4,?5,?6)");
+  // The chain's end. The next seq also stays above any seq ever used (sqlite_sequence):
+  // a deleted tail leaves a visible gap instead of being silently reused.
+  auto tail = prepare(db_, path_,
+                      "SELECT seq, COALESCE(hash, '') FROM events ORDER BY seq DESC LIMIT 1");
+  if (!tail) return tail.error();
+  int64_t last = 0;
+  std::string prev(chain::kGenesisHash);
+  if (int rc = tail->step(); rc == SQLITE_ROW) {
+    last = tail->integer(0);
+    prev = tail->text(1);  // "" after a row stored outside soyaos: linked as is, reported by moon check
+  } else if (rc != SQLITE_DONE) {
+    return db_error(db_, path_, "read the end of the event chain");
+  }
+  auto counter = prepare(db_, path_, "SELECT seq FROM sqlite_sequence WHERE name='events'");
+  if (!counter) return counter.error();
+  if (counter->step() == SQLITE_ROW) last = std::max(last, counter->integer(0));
+
+  auto st = prepare(db_, path_,
+                    "INSERT INTO events (seq, time, type, run_id, pack, version, json, prev_hash, hash) "
+                    "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
   if (!st) return st.error();
+  bool head_due = false;
   for (const auto& e : events) {
     if (!e.is_object()) return make_error("append events to " + path_.string() + ": an event is not a JSON object");
+    // The time column is the event's own `time`; an event without one gets the store's,
+    // in the JSON too, so that the hashed text says when (a backdated column shows).
     std::string time = str_or_empty(e, "time");
-    if (time.empty()) time = scope::now_rfc3339();
+    std::string text;
+    if (time.empty()) {
+      time = scope::now_rfc3339();
+      json stamped = e;
+      stamped["time"] = time;
+      text = stamped.dump(-1, ' ', false, json::error_handler_t::replace);
+    } else {
+      text = e.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
     const std::string type = str_or_empty(e, "type");
     const json empty;
     const json& data = e.contains("data") ? e["data"] : empty;
     const std::string run = str_or_empty(data, "run_id"), pack = str_or_empty(data, "pack"),
                       version = str_or_empty(data, "version");
-    st->bind(1, time).bind(2, type);
-    st->bind_opt(3, run.empty() ? nullptr : &run).bind_opt(4, pack.empty() ? nullptr : &pack);
-    st->bind_opt(5, version.empty() ? nullptr : &version);
-    st->bind(6, e.dump(-1, ' ', false, json::error_handler_t::replace));
+    const int64_t seq = ++last;
+    std::string hash = chain::event_hash(seq, prev, text);
+    st->bind(1, seq).bind(2, time).bind(3, type);
+    st->bind_opt(4, run.empty() ? nullptr : &run).bind_opt(5, pack.empty() ? nullptr : &pack);
+    st->bind_opt(6, version.empty() ? nullptr : &version);
+    st->bind(7, text).bind(8, prev).bind(9, hash);
     if (auto s = step_done(*st, db_, path_, "append an event"); !s) return s;
     st->reset();
+    prev = std::move(hash);
+    if (type == "run_finished" || type == "run_incomplete" || run.empty()) head_due = true;
   }
-  if (own) return txn.commit();
-  return {};
+  // Every batch ends with a signed checkpoint in the same transaction: a committed event
+  // is always covered, so an event after the last checkpoint was not stored by a Moon.
+  auto cp = add_checkpoint(last, prev);
+  if (!cp) return cp.error();
+  if (!head_due) {
+    auto head = chain::read_head(path_.parent_path());
+    head_due = !head || !*head || last - (*head)->seq >= kHeadEvery;
+  }
+  if (head_due) pending_head_ = std::make_unique<chain::Checkpoint>(std::move(cp.value()));
+  if (!own) return {};  // the outer transaction's owner flushes the head after its commit
+  if (auto s = txn.commit(); !s) {
+    pending_head_.reset();
+    return s;
+  }
+  return flush_head();
 }
 
 Result<std::vector<StoredEvent>> Store::query_events(const EventQuery& q) {
-  std::string sql = "SELECT seq, time, type, COALESCE(run_id,''), COALESCE(pack,''), COALESCE(version,''), json "
-                    "FROM events WHERE seq > ?1";
+  std::string sql = "SELECT seq, time, type, COALESCE(run_id,''), COALESCE(pack,''), COALESCE(version,''), json, "
+                    "COALESCE(prev_hash,''), COALESCE(hash,'') FROM events WHERE seq > ?1";
   std::vector<const std::string*> binds;
   if (q.run_id) sql += " AND run_id = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.run_id);
   if (q.type) sql += " AND type = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.type);
@@ -416,7 +586,8 @@ Result<std::vector<StoredEvent>> Store::query_events(const EventQuery& q) {
   std::vector<StoredEvent> out;
   int rc = 0;
   while ((rc = st->step()) == SQLITE_ROW) {
-    out.push_back({st->integer(0), st->text(1), st->text(2), st->text(3), st->text(4), st->text(5), st->text(6)});
+    out.push_back({st->integer(0), st->text(1), st->text(2), st->text(3), st->text(4), st->text(5), st->text(6),
+                   st->text(7), st->text(8)});
   }
   if (rc != SQLITE_DONE) {
     if (is_corruption(rc)) return corrupt_error(db_, path_, sqlite3_errmsg(db_));

@@ -25,7 +25,12 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
+
+namespace chain {
+class MoonKey;
+struct Checkpoint;
+}  // namespace chain
 
 // $SOYAOS_HOME, else $XDG_DATA_HOME/soyaos, else $HOME/.local/share/soyaos. Not created.
 Result<std::filesystem::path> default_home();
@@ -80,6 +85,8 @@ struct StoredEvent {
   std::string pack;
   std::string version;
   std::string json;             // the event as appended (one line of JSON)
+  std::string prev_hash;        // the hash chain (E6, moon/chain.h): the previous event's hash
+  std::string hash;             // this event's
 };
 
 struct EventQuery {
@@ -135,6 +142,23 @@ class Store {
   Status append_events(std::span<const nlohmann::ordered_json> events);
   Result<std::vector<StoredEvent>> query_events(const EventQuery& query);
 
+  // ---- tamper evidence (E6, moon/chain.h; chain_verify.cc) ----
+  // Verifies the hash chain, the checkpoints and the head file, and names every problem
+  // (one line each, starting "seq N" or naming the checkpoint or file).
+  struct ChainCheck {
+    std::optional<std::string> run_id;  // only this run's events, the chain around them and its checkpoints
+    const chain::MoonKey* key = nullptr;  // a pinned public key; else HOME/moon.pub
+  };
+  struct ChainReport {
+    std::vector<std::string> problems;
+    int64_t events = 0;        // rows examined
+    int64_t checkpoints = 0;   // checkpoints examined
+    int64_t last_seq = 0;      // the store's last event
+    std::string key_id;        // the key checkpoints were verified with ("" none)
+    int64_t chained_at_upgrade = 0;  // events up to this seq were chained when the schema was upgraded
+  };
+  Result<ChainReport> verify_chain(const ChainCheck& check);
+
   // ---- maintenance (`soyaos moon check`) ----
   // PRAGMA integrity_check and PRAGMA foreign_key_check: what they report, one problem a
   // line (none: the database is sound). An error when the checks cannot run at all.
@@ -143,8 +167,18 @@ class Store {
  private:
   Store() = default;
   Status init_schema();
+  // Chains the events stored before schema 3 (the upgrade), inside its transaction.
+  Status chain_existing_events();
+  // The Moon's signing key, loaded (or created) on first use.
+  Result<const chain::MoonKey*> signing_key();
+  // Signs a checkpoint of the chain's current end and stores it (inside a transaction).
+  Result<chain::Checkpoint> add_checkpoint(int64_t seq, const std::string& hash);
+  // Writes the head file after a commit when a checkpoint asked for it.
+  Status flush_head();
   sqlite3* db_ = nullptr;
   std::filesystem::path path_;
+  std::unique_ptr<chain::MoonKey> key_;
+  std::unique_ptr<chain::Checkpoint> pending_head_;
 };
 
 // The Scope store API for `soyaos run` (E3, E4): append() returns only after the events

@@ -436,6 +436,12 @@ RunReport run_pack(const RunRequest& request) {
                                      {"skipped", report.outputs.skipped},
                                      {"skipped_count", report.outputs.skipped_count},
                                      {"dir", valid_utf8(report.out_dir)}}}};
+  if (report.captured.enabled && report.captured.out_dropped == 0 && report.captured.err_dropped == 0) {
+    // What the agent wrote, whole: a cache entry of this run must hold exactly this (E6).
+    finished["outputs"]["stdout_digest"] = "sha256:" + sha256_hex(report.captured.out);
+    finished["outputs"]["stderr_digest"] = "sha256:" + sha256_hex(report.captured.err);
+  }
+  if (!request.cache_key.empty()) finished["cache_key"] = request.cache_key;
   if (report.outcome.stop != Stop::none || report.outcome.stop_signal != 0) {
     // How the run was stopped (C9): what the operator or the timeout asked, and whether
     // the agent ended within its grace period.

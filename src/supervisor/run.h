@@ -55,6 +55,9 @@ struct RunRequest {
   bool events_to_stdout = false;         // --events -
   bool capture_output = false;           // keep stdout/stderr in the report instead of relaying
   bool tee_output = false;               // with capture_output: relay as well (the result cache)
+  // The result cache's key for this run when the cache may store it: run_finished records
+  // it, so that `moon check` can tie a cache entry (and every replay) to this run (E6).
+  std::string cache_key;
   RunHooks hooks;
   // The operator's network policy from the Moon's configuration (moon.yaml, C6a); the
   // defaults when there is none.

@@ -1,0 +1,354 @@
+#include "moon/chain.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/digest.h"
+#include "common/unique_fd.h"
+
+namespace soyaos::moon::chain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kHeadFormat = "soyaos-scope-head-v1";
+constexpr size_t kMaxKeyFileBytes = size_t{64} * 1024;
+
+struct PkeyFree {
+  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
+};
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct MdCtxFree {
+  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+};
+struct PkeyCtxFree {
+  void operator()(EVP_PKEY_CTX* c) const { EVP_PKEY_CTX_free(c); }
+};
+using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using Bio = std::unique_ptr<BIO, BioFree>;
+
+std::string base64(const unsigned char* data, size_t size) {
+  std::string out(4 * ((size + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(size));
+  out.resize(n < 0 ? 0 : static_cast<size_t>(n));
+  return out;
+}
+
+// nullopt when `text` is not canonical base64.
+std::optional<std::vector<unsigned char>> unbase64(std::string_view text) {
+  if (text.empty() || text.size() % 4 != 0 || text.size() > 4096) return std::nullopt;
+  std::vector<unsigned char> out(text.size() / 4 * 3);
+  const int n = EVP_DecodeBlock(out.data(), reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  // EVP_DecodeBlock counts the padding as zero bytes.
+  size_t pad = 0;
+  if (text.back() == '=') ++pad;
+  if (text.size() >= 2 && text[text.size() - 2] == '=') ++pad;
+  out.resize(static_cast<size_t>(n) - pad);
+  if (base64(out.data(), out.size()) != text) return std::nullopt;
+  return out;
+}
+
+Result<std::string> read_small(const fs::path& p, int fd) {
+  std::string out;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("read " + p.string());
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxKeyFileBytes) return make_error(p.string() + " is too large to be a key or head file", EFBIG);
+  }
+  return out;
+}
+
+Status write_all(int fd, std::string_view data, const fs::path& path) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("write " + path.string());
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+Status fsync_dir(const fs::path& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return errno_error("open " + dir.string());
+  if (::fsync(fd.get()) != 0) return errno_error("fsync " + dir.string());
+  return {};
+}
+
+// A new file in `dir` holding `content`, fsynced, with `mode`; its path.
+Result<fs::path> write_temp(const fs::path& dir, const std::string& stem, std::string_view content, mode_t mode) {
+  std::string tmpl = (dir / ("." + stem + ".tmp.XXXXXX")).string();
+  UniqueFd fd(::mkstemp(tmpl.data()));
+  if (!fd) return errno_error("create a temporary file in " + dir.string());
+  const fs::path tmp = tmpl;
+  Status s = ::fchmod(fd.get(), mode) == 0 ? Status() : errno_error("chmod " + tmp.string());
+  if (s) s = write_all(fd.get(), content, tmp);
+  if (s && ::fsync(fd.get()) != 0) s = errno_error("fsync " + tmp.string());
+  if (!s) {
+    (void)::unlink(tmp.c_str());
+    return s.error();
+  }
+  return tmp;
+}
+
+std::string pem_of(EVP_PKEY* key, bool private_half) {
+  Bio mem(BIO_new(BIO_s_mem()));
+  if (!mem) return "";
+  const int ok = private_half ? PEM_write_bio_PrivateKey(mem.get(), key, nullptr, nullptr, 0, nullptr, nullptr)
+                              : PEM_write_bio_PUBKEY(mem.get(), key);
+  if (ok != 1) return "";
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(mem.get(), &data);
+  return n > 0 ? std::string(data, static_cast<size_t>(n)) : std::string();
+}
+
+Result<Pkey> parse_pem(const std::string& pem, bool private_half, const fs::path& where) {
+  Bio mem(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (!mem) return make_error("read " + where.string() + ": out of memory", ENOMEM);
+  Pkey key(private_half ? PEM_read_bio_PrivateKey(mem.get(), nullptr, nullptr, nullptr)
+                        : PEM_read_bio_PUBKEY(mem.get(), nullptr, nullptr, nullptr));
+  if (!key) return make_error(where.string() + " is not a PEM " + (private_half ? "private" : "public") + " key");
+  if (EVP_PKEY_get_id(key.get()) != EVP_PKEY_ED25519) return make_error(where.string() + " is not an Ed25519 key");
+  return key;
+}
+
+// The raw 32 public key bytes.
+std::string raw_public(EVP_PKEY* key) {
+  std::array<unsigned char, 64> buf{};
+  size_t len = buf.size();
+  if (EVP_PKEY_get_raw_public_key(key, buf.data(), &len) != 1) return "";
+  return {reinterpret_cast<const char*>(buf.data()), len};
+}
+
+std::string key_id_of(EVP_PKEY* key) { return "ed25519:" + sha256_hex(raw_public(key)).substr(0, 16); }
+
+// Opens an existing key file, refusing one that is not ours alone (it signs the record).
+Result<std::string> read_private_file(const fs::path& p) {
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return errno_error("open " + p.string());
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_error("stat " + p.string());
+  if (!S_ISREG(st.st_mode)) return make_error(p.string() + " is not a regular file", EINVAL);
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return make_error(p.string() + " must be owned by uid " + std::to_string(::geteuid()) +
+                          " and readable by its owner only (mode 0600): it signs the Scope record",
+                      EPERM);
+  }
+  return read_small(p, fd.get());
+}
+
+// The ids of a public PEM file and its raw key; nullopt when absent.
+Result<std::optional<std::string>> read_public_file(const fs::path& p) {
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return errno_error("open " + p.string());
+  }
+  auto text = read_small(p, fd.get());
+  if (!text) return text.error();
+  return std::optional<std::string>(std::move(text.value()));
+}
+
+}  // namespace
+
+std::string event_hash(int64_t seq, std::string_view prev_hash, std::string_view json) {
+  Sha256 h;
+  const std::string head = std::to_string(seq) + "\n";
+  h.update(head);
+  h.update(prev_hash);
+  h.update(std::string_view("\n", 1));
+  h.update(json);
+  return h.hex();
+}
+
+std::string checkpoint_message(int64_t seq, std::string_view hash, std::string_view time) {
+  std::string m = "soyaos-scope-checkpoint-v1\n" + std::to_string(seq) + "\n";
+  m.append(hash).append("\n").append(time).append("\n");
+  return m;
+}
+
+struct MoonKey::Impl {
+  Pkey key;
+  bool has_private = false;
+};
+
+MoonKey::MoonKey(std::unique_ptr<Impl> impl) : impl_(std::move(impl)), id_(key_id_of(impl_->key.get())) {}
+MoonKey::MoonKey(MoonKey&&) noexcept = default;
+MoonKey& MoonKey::operator=(MoonKey&&) noexcept = default;
+MoonKey::~MoonKey() = default;
+
+Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
+  const fs::path key_file = home / "moon.key";
+  const fs::path pub_file = home / "moon.pub";
+  auto impl = std::make_unique<Impl>();
+  impl->has_private = true;
+  auto existing = read_private_file(key_file);
+  if (!existing && existing.error().err != ENOENT) return existing.error();
+  if (existing) {
+    auto k = parse_pem(*existing, true, key_file);
+    if (!k) return k.error();
+    impl->key = std::move(k.value());
+  } else {
+    std::unique_ptr<EVP_PKEY_CTX, PkeyCtxFree> ctx(EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nullptr));
+    EVP_PKEY* raw = nullptr;
+    if (!ctx || EVP_PKEY_keygen_init(ctx.get()) != 1 || EVP_PKEY_keygen(ctx.get(), &raw) != 1) {
+      return make_error("generate the Moon's Ed25519 key: OpenSSL refused");
+    }
+    impl->key.reset(raw);
+    const std::string pem = pem_of(raw, true);
+    if (pem.empty()) return make_error("encode the Moon's Ed25519 key: OpenSSL refused");
+    auto tmp = write_temp(home, "moon.key", pem, 0600);
+    if (!tmp) return tmp.error();
+    // link(2) never replaces: when another process created the key meanwhile, use theirs.
+    const int rc = ::link(tmp->c_str(), key_file.c_str());
+    const int link_errno = errno;
+    (void)::unlink(tmp->c_str());
+    if (rc != 0) {
+      if (link_errno != EEXIST) return make_error("create " + key_file.string(), link_errno);
+      return load_or_create(home);
+    }
+    if (auto s = fsync_dir(home); !s) return s.error();
+  }
+  // moon.pub is what verifiers read: it must be this key's public half.
+  const std::string pub_pem = pem_of(impl->key.get(), false);
+  auto pub = read_public_file(pub_file);
+  if (!pub) return pub.error();
+  if (*pub) {
+    auto k = parse_pem(**pub, false, pub_file);
+    if (!k) return k.error();
+    if (raw_public(k->get()) != raw_public(impl->key.get())) {
+      return make_error(pub_file.string() + " is not the public half of " + key_file.string() +
+                        ": one of them was replaced", EINVAL);
+    }
+  } else {
+    auto tmp = write_temp(home, "moon.pub", pub_pem, 0644);
+    if (!tmp) return tmp.error();
+    if (::rename(tmp->c_str(), pub_file.c_str()) != 0) {
+      Error e = errno_error("rename " + tmp->string() + " to " + pub_file.string());
+      (void)::unlink(tmp->c_str());
+      return e;
+    }
+    if (auto s = fsync_dir(home); !s) return s.error();
+  }
+  return MoonKey(std::move(impl));
+}
+
+Result<std::optional<MoonKey>> MoonKey::load_public(const fs::path& home) {
+  const fs::path pub_file = home / "moon.pub";
+  auto pub = read_public_file(pub_file);
+  if (!pub) return pub.error();
+  if (!*pub) return std::optional<MoonKey>();
+  auto k = parse_pem(**pub, false, pub_file);
+  if (!k) return k.error();
+  auto impl = std::make_unique<Impl>();
+  impl->key = std::move(k.value());
+  return std::optional<MoonKey>(MoonKey(std::move(impl)));
+}
+
+Result<MoonKey> MoonKey::public_from_file(const fs::path& pem) {
+  auto text = read_public_file(pem);
+  if (!text) return text.error();
+  if (!*text) return make_error("open " + pem.string(), ENOENT);
+  auto k = parse_pem(**text, false, pem);
+  if (!k) return k.error();
+  auto impl = std::make_unique<Impl>();
+  impl->key = std::move(k.value());
+  return MoonKey(std::move(impl));
+}
+
+Result<Checkpoint> MoonKey::sign(int64_t seq, const std::string& hash, const std::string& time) const {
+  if (!impl_->has_private) return make_error("sign a checkpoint: only the Moon's public key is loaded");
+  const std::string msg = checkpoint_message(seq, hash, time);
+  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
+  std::array<unsigned char, 64> sig{};
+  size_t len = sig.size();
+  if (!ctx || EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, impl_->key.get()) != 1 ||
+      EVP_DigestSign(ctx.get(), sig.data(), &len, reinterpret_cast<const unsigned char*>(msg.data()), msg.size()) != 1) {
+    return make_error("sign a Scope checkpoint with the Moon's key: OpenSSL refused");
+  }
+  return Checkpoint{seq, hash, time, id_, base64(sig.data(), len)};
+}
+
+bool MoonKey::verify(const Checkpoint& cp) const {
+  auto sig = unbase64(cp.signature);
+  if (!sig) return false;
+  const std::string msg = checkpoint_message(cp.seq, cp.hash, cp.time);
+  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
+  return ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, impl_->key.get()) == 1 &&
+         EVP_DigestVerify(ctx.get(), sig->data(), sig->size(), reinterpret_cast<const unsigned char*>(msg.data()),
+                          msg.size()) == 1;
+}
+
+fs::path head_path(const fs::path& home) { return home / "scope.head"; }
+
+Result<std::optional<Checkpoint>> read_head(const fs::path& home) {
+  const fs::path p = head_path(home);
+  auto text = read_public_file(p);
+  if (!text) return text.error();
+  if (!*text) return std::optional<Checkpoint>();
+  auto j = nlohmann::json::parse(**text, nullptr, false);
+  try {
+    if (j.is_discarded() || !j.is_object() || j.value("format", "") != kHeadFormat) throw std::invalid_argument("");
+    Checkpoint cp;
+    cp.seq = j.at("seq").get<int64_t>();
+    cp.hash = j.at("hash").get<std::string>();
+    cp.time = j.at("time").get<std::string>();
+    cp.key_id = j.at("key_id").get<std::string>();
+    cp.signature = j.at("signature").get<std::string>();
+    return std::optional<Checkpoint>(std::move(cp));
+  } catch (const std::exception&) {
+    return make_error(p.string() + " is not a Scope head file (" + kHeadFormat + ")", EBADMSG);
+  }
+}
+
+Status write_head(const fs::path& home, const Checkpoint& cp) {
+  const fs::path lock_path = home / "scope.head.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!lock) return errno_error("open " + lock_path.string());
+  while (::flock(lock.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return errno_error("lock " + lock_path.string());
+  }
+  // Two writers may finish out of order: the head only moves forward. A head that does
+  // not parse is replaced (moon check reports a bad head before that happens).
+  if (auto current = read_head(home); current && *current && (*current)->seq >= cp.seq) return {};
+  nlohmann::ordered_json j = {{"format", kHeadFormat}, {"seq", cp.seq},       {"hash", cp.hash},
+                              {"time", cp.time},       {"key_id", cp.key_id}, {"signature", cp.signature}};
+  auto tmp = write_temp(home, "scope.head", j.dump() + "\n", 0644);
+  if (!tmp) return tmp.error();
+  const fs::path target = head_path(home);
+  if (::rename(tmp->c_str(), target.c_str()) != 0) {
+    Error e = errno_error("rename " + tmp->string() + " to " + target.string());
+    (void)::unlink(tmp->c_str());
+    return e;
+  }
+  return fsync_dir(home);
+}
+
+}  // namespace soyaos::moon::chain

@@ -1,0 +1,310 @@
+// The Scope record's tamper evidence (moon/chain.h, Store::verify_chain; SPEC.md E6):
+// a real store is tampered with through SQLite itself, the way an intruder with the file
+// would, and each kind of tampering must be named; an untouched store, an upgraded one and
+// one written by ten processes at once must verify clean.
+#include <gtest/gtest.h>
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "common/digest.h"
+#include "moon/chain.h"
+#include "moon/store.h"
+#include "moon_test_util.h"
+#include "scope/events.h"
+
+namespace soyaos::moon {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using testing::TmpDir;
+
+json event(const std::string& type, const std::string& run, int n) {
+  scope::RunContext ctx{"host", run, "alpha", "1.0.0", "sha256:00"};
+  return scope::make_event(ctx, type, {{"n", n}});
+}
+
+// Runs SQL on the store's file behind the Store's back (an intruder's sqlite3).
+void tamper(const fs::path& home, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((home / "moon.db").c_str(), &db), SQLITE_OK);
+  char* msg = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &msg);
+  const std::string m = msg != nullptr ? msg : "";
+  sqlite3_free(msg);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << sql << ": " << m;
+}
+
+// Three runs of 4 events, each run one batch (as `soyaos run` stores them): seq 1..12.
+void fill(const fs::path& home) {
+  auto store = EventStore::open(home);
+  ASSERT_TRUE(store) << store.error().describe();
+  for (int r = 1; r <= 3; ++r) {
+    const std::string run = "R" + std::to_string(r);
+    std::vector<json> batch = {event("run_started", run, 0), event("capability_violation", run, 1),
+                               event("dns_query", run, 2), event("run_finished", run, 3)};
+    ASSERT_TRUE(store->append(batch));
+  }
+}
+
+std::vector<std::string> verify(const fs::path& home, std::optional<std::string> run = std::nullopt) {
+  auto store = Store::open(home);
+  EXPECT_TRUE(store) << store.error().describe();
+  if (!store) return {"cannot open"};
+  auto report = store->verify_chain({std::move(run), nullptr});
+  EXPECT_TRUE(report) << report.error().describe();
+  return report ? report->problems : std::vector<std::string>{"cannot verify"};
+}
+
+std::string all(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + "\n";
+  return out;
+}
+
+bool names(const std::vector<std::string>& problems, const std::string& a, const std::string& b = "") {
+  for (const auto& p : problems) {
+    if (p.find(a) != std::string::npos && (b.empty() || p.find(b) != std::string::npos)) return true;
+  }
+  return false;
+}
+
+TEST(MoonChain, UntouchedStoreVerifiesAndFollowsTheDocumentedFormula) {
+  TmpDir t;
+  fill(t.path());
+  EXPECT_EQ(all(verify(t.path())), "");
+  auto store = EventStore::open(t.path());
+  ASSERT_TRUE(store);
+  auto events = store->query({});
+  ASSERT_TRUE(events);
+  ASSERT_EQ(events->size(), 12U);
+  std::string prev(chain::kGenesisHash);
+  for (size_t i = 0; i < events->size(); ++i) {
+    const auto& e = (*events)[i];
+    EXPECT_EQ(e.seq, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(e.prev_hash, prev);
+    // docs/events.md: sha256(DECIMAL(seq) "\n" prev_hash "\n" json)
+    EXPECT_EQ(e.hash, sha256_hex(std::to_string(e.seq) + "\n" + prev + "\n" + e.json));
+    prev = e.hash;
+  }
+  // The key: private to its owner, the public half beside it; the head file names the end.
+  struct stat st {};
+  ASSERT_EQ(::stat((t.path() / "moon.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600U);
+  EXPECT_TRUE(fs::exists(t.path() / "moon.pub"));
+  auto head = chain::read_head(t.path());
+  ASSERT_TRUE(head && *head);
+  EXPECT_EQ((*head)->seq, 12);
+  EXPECT_EQ((*head)->hash, prev);
+  EXPECT_EQ(all(verify(t.path(), "R2")), "");
+}
+
+TEST(MoonChain, EditedContentIsNamed) {
+  TmpDir t;
+  fill(t.path());
+  tamper(t.path(), "UPDATE events SET json=replace(json, '\"n\":1', '\"n\":7') WHERE seq=6");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "seq 6 (capability_violation, run R2)", "edited")) << all(p);
+  EXPECT_EQ(p.size(), 1U) << all(p);
+  EXPECT_TRUE(names(verify(t.path(), "R2"), "seq 6", "edited"));
+}
+
+TEST(MoonChain, BackdatedTimeIsNamed) {
+  TmpDir t;
+  fill(t.path());
+  // The column alone (what --since filters on), and the event's own time.
+  tamper(t.path(), "UPDATE events SET time='2020-01-01T00:00:00.000000Z' WHERE seq=2");
+  tamper(t.path(), "UPDATE events SET json=replace(json, substr(json, instr(json, '\"time\":'), 36), "
+                   "'\"time\":\"2020-01-01T00:00:00.000000Z\"') WHERE seq=7");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "seq 2 (", "backdated")) << all(p);
+  EXPECT_TRUE(names(p, "seq 7 (", "edited")) << all(p);
+}
+
+TEST(MoonChain, RehashedEditBreaksTheNextLinkAndTheCheckpoint) {
+  TmpDir t;
+  fill(t.path());
+  // An intruder who knows the formula recomputes the edited row's hash.
+  auto store = EventStore::open(t.path());
+  ASSERT_TRUE(store);
+  auto rows = store->query({});
+  ASSERT_TRUE(rows);
+  const auto& r = (*rows)[4];  // seq 5
+  std::string forged = r.json;
+  forged.replace(forged.find("\"n\":0"), 5, "\"n\":9");
+  const std::string h = chain::event_hash(5, r.prev_hash, forged);
+  tamper(t.path(), "UPDATE events SET json='" + forged + "', hash='" + h + "' WHERE seq=5");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "seq 6 (", "does not link to seq 5")) << all(p);
+}
+
+TEST(MoonChain, DeletedMiddleRowIsNamed) {
+  TmpDir t;
+  fill(t.path());
+  tamper(t.path(), "DELETE FROM events WHERE seq=6");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "seq 6: deleted")) << all(p);
+  EXPECT_TRUE(names(verify(t.path(), "R2"), "seq 6: deleted"));
+}
+
+TEST(MoonChain, TruncatedTailIsNamed) {
+  TmpDir t;
+  fill(t.path());
+  // The tail, its checkpoints and the sequence counter: only the head file remains.
+  tamper(t.path(), "DELETE FROM events WHERE seq > 8; DELETE FROM checkpoints WHERE seq > 8; "
+                   "UPDATE sqlite_sequence SET seq=8 WHERE name='events'");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "seq 9..12: deleted", "scope.head")) << all(p);
+  // Without the sequence counter reset, the counter says so too.
+  TmpDir u;
+  fill(u.path());
+  tamper(u.path(), "DELETE FROM events WHERE seq > 10");
+  p = verify(u.path());
+  EXPECT_TRUE(names(p, "seq 11..12: deleted", "sequence counter")) << all(p);
+  EXPECT_TRUE(names(p, "checkpoint", "truncated after seq 10")) << all(p);
+  // Deleting the head file as well is named too.
+  fs::remove(chain::head_path(t.path()));
+  EXPECT_TRUE(names(verify(t.path()), "scope.head", "missing"));
+}
+
+TEST(MoonChain, InsertedRowIsNamedEvenWithAValidHash) {
+  TmpDir t;
+  fill(t.path());
+  auto store = EventStore::open(t.path());
+  ASSERT_TRUE(store);
+  auto rows = store->query({});
+  ASSERT_TRUE(rows);
+  // A fabricated violation for R3, linked and hashed by the formula, after the end.
+  json forged = event("capability_violation", "R3", 5);
+  const std::string text = forged.dump();
+  const std::string h = chain::event_hash(13, rows->back().hash, text);
+  tamper(t.path(), "INSERT INTO events (seq, time, type, run_id, pack, version, json, prev_hash, hash) VALUES (13, '" +
+                       forged["time"].get<std::string>() + "', 'capability_violation', 'R3', 'alpha', '1.0.0', '" +
+                       text + "', '" + rows->back().hash + "', '" + h + "')");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "seq 13", "after the last checkpoint")) << all(p);
+  EXPECT_TRUE(names(verify(t.path(), "R3"), "run R3", "after the last checkpoint"));
+  // And one without a hash at all, in the middle of the numbering.
+  tamper(t.path(), "INSERT INTO events (seq, time, type, json) VALUES (100, '2026-01-01', 'x', '{}')");
+  EXPECT_TRUE(names(verify(t.path()), "seq 100 (x)", "not chained"));
+}
+
+TEST(MoonChain, ReorderedRowsAreNamed) {
+  TmpDir t;
+  fill(t.path());
+  tamper(t.path(), "UPDATE events SET seq=-1 WHERE seq=6; UPDATE events SET seq=6 WHERE seq=7; "
+                   "UPDATE events SET seq=7 WHERE seq=-1");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "seq 6 (", "edited")) << all(p);
+  EXPECT_TRUE(names(p, "seq 7 (", "edited")) << all(p);
+}
+
+TEST(MoonChain, ForgedCheckpointsAreNamed) {
+  TmpDir t;
+  fill(t.path());
+  // A checkpoint whose signature is not the key's, and one signed by another key.
+  tamper(t.path(), "INSERT INTO checkpoints (seq, hash, time, key_id, signature) SELECT seq, hash, time, key_id, "
+                   "'AAAA' || substr(signature, 5) FROM checkpoints WHERE seq=8");
+  TmpDir other;
+  auto key = chain::MoonKey::load_or_create(other.path());
+  ASSERT_TRUE(key) << key.error().describe();
+  auto store = EventStore::open(t.path());
+  auto rows = store->query({});
+  auto cp = key->sign(4, (*rows)[3].hash, "2026-12-01T00:00:00.000000Z");
+  ASSERT_TRUE(cp);
+  tamper(t.path(), "INSERT INTO checkpoints (seq, hash, time, key_id, signature) VALUES (4, '" + cp->hash + "', '" +
+                       cp->time + "', '" + cp->key_id + "', '" + cp->signature + "')");
+  auto p = verify(t.path());
+  EXPECT_TRUE(names(p, "(seq 8)", "bad signature")) << all(p);
+  EXPECT_TRUE(names(p, "(seq 4)", "not by this Moon's key")) << all(p);
+  // Verifying with a pinned key that is not the Moon's names every checkpoint.
+  auto s = Store::open(t.path());
+  auto pinned = chain::MoonKey::load_public(other.path());
+  ASSERT_TRUE(pinned && *pinned);
+  auto report = s->verify_chain({std::nullopt, &**pinned});
+  ASSERT_TRUE(report);
+  EXPECT_GE(report->problems.size(), 3U);
+}
+
+TEST(MoonChain, ReplacedPublicKeyIsRefusedForSigning) {
+  TmpDir t;
+  fill(t.path());
+  TmpDir other;
+  ASSERT_TRUE(chain::MoonKey::load_or_create(other.path()));
+  fs::copy_file(other.path() / "moon.pub", t.path() / "moon.pub", fs::copy_options::overwrite_existing);
+  auto store = EventStore::open(t.path());
+  ASSERT_TRUE(store);
+  std::vector<json> one = {event("run_started", "R9", 0)};
+  auto s = store->append(one);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("moon.pub"), std::string::npos) << s.error().message;
+  // A key file others can read is refused too.
+  fs::copy_file(other.path() / "moon.pub", t.path() / "moon.pub", fs::copy_options::overwrite_existing);
+  ::chmod((t.path() / "moon.key").c_str(), 0644);
+  EXPECT_FALSE(chain::MoonKey::load_or_create(t.path()));
+}
+
+TEST(MoonChain, TenWriterProcessesKeepOneValidChain) {
+  TmpDir t;
+  constexpr int kWriters = 10, kBatches = 20, kBatch = 5;
+  std::vector<pid_t> kids;
+  for (int w = 0; w < kWriters; ++w) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto s = EventStore::open(t.path());  // the first ones race to create the key too
+      if (!s) _exit(10);
+      for (int b = 0; b < kBatches; ++b) {
+        std::vector<json> batch;
+        for (int i = 0; i < kBatch; ++i) batch.push_back(event("dns_query", "W" + std::to_string(w), b * kBatch + i));
+        if (!s->append(batch)) _exit(11);
+      }
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer status " << status;
+  }
+  EXPECT_EQ(all(verify(t.path())), "");
+  auto s = Store::open(t.path());
+  auto report = s->verify_chain({});
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->events, kWriters * kBatches * kBatch);
+  EXPECT_EQ(report->checkpoints, kWriters * kBatches);
+}
+
+TEST(MoonChain, OlderStoreIsChainedAtUpgrade) {
+  TmpDir t;
+  fill(t.path());
+  // Back to schema 2: no chain columns, no checkpoints, no key, no head.
+  tamper(t.path(), "ALTER TABLE events DROP COLUMN hash; ALTER TABLE events DROP COLUMN prev_hash; "
+                   "DROP TABLE checkpoints; DROP TABLE chain_meta; PRAGMA user_version=2");
+  for (const char* f : {"moon.key", "moon.pub", "scope.head"}) fs::remove(t.path() / f);
+  auto s = Store::open(t.path());
+  ASSERT_TRUE(s) << s.error().describe();
+  auto report = s->verify_chain({});
+  ASSERT_TRUE(report);
+  EXPECT_EQ(all(report->problems), "");
+  EXPECT_EQ(report->chained_at_upgrade, 12);
+  EXPECT_EQ(report->checkpoints, 1);
+  // Appending continues the chain; an edit of an upgraded row is still named.
+  auto es = EventStore::open(t.path());
+  std::vector<json> one = {event("run_started", "R4", 0)};
+  ASSERT_TRUE(es->append(one));
+  EXPECT_EQ(all(verify(t.path())), "");
+  tamper(t.path(), "UPDATE events SET json=replace(json, '\"n\":1', '\"n\":2') WHERE seq=2");
+  EXPECT_TRUE(names(verify(t.path()), "seq 2 (", "edited"));
+}
+
+}  // namespace
+}  // namespace soyaos::moon
