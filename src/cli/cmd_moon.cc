@@ -86,7 +86,7 @@ int check(const std::string& key_file) {
 
 }  // namespace
 
-bool load_operator_network(const fs::path& home, policy::OperatorNetwork& network) {
+bool load_operator_network(const fs::path& home, policy::OperatorNetwork& network, std::string* config_digest) {
   moon::MoonConfigLoad loaded = moon::load_moon_config(home);
   if (!loaded.config) {
     for (const auto& d : loaded.errors) std::fprintf(stderr, "%s\n", d.format().c_str());
@@ -95,6 +95,7 @@ bool load_operator_network(const fs::path& home, policy::OperatorNetwork& networ
     return false;
   }
   network = std::move(loaded.config->network);
+  if (config_digest != nullptr) *config_digest = loaded.config->digest;
   return true;
 }
 

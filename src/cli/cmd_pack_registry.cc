@@ -57,7 +57,7 @@ std::string violation_summary(const std::string& text) {
 int run_push(const std::string& dir, const CliContext& ctx) {
   auto reg = open_registry();
   if (!reg) return fail("push", reg.error());
-  auto r = (*reg)->push(dir);
+  auto r = (*reg)->push(dir, moon::current_actor());
   if (!r) return fail("push", r.error());
   switch (r->outcome) {
     case moon::PushOutcome::invalid:

@@ -155,7 +155,8 @@ std::string violation_text(const supervisor::Violation& v) {
 
 ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
                           const supervisor::RunHooks& hooks, const policy::OperatorNetwork& network,
-                          const std::vector<policy::RunSecret>& secrets, std::vector<bool>& read_hit,
+                          const std::vector<policy::RunSecret>& secrets, const std::string& moon_config_digest,
+                          std::vector<bool>& read_hit,
                           std::vector<bool>& write_hit, std::vector<bool>& egress_hit) {
   ExampleResult r;
   r.name = ex.name;
@@ -184,6 +185,7 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
     return r;
   }
   req.secrets = std::move(*run_secrets);
+  req.moon_config_digest = moon_config_digest;
 
   auto start = std::chrono::steady_clock::now();
   auto report = supervisor::run_pack(req);
@@ -254,7 +256,8 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   }
   // The operator's network policy (moon.yaml, C6a) applies to every example's Comet.
   policy::OperatorNetwork network;
-  if (!load_operator_network(*home, network)) return supervisor::kExitSetup;
+  std::string config_digest = "none";
+  if (!load_operator_network(*home, network, &config_digest)) return supervisor::kExitSetup;
   fs::path pack_dir;
   std::error_code ec;
   if (fs::is_directory(a.pack, ec)) {
@@ -303,7 +306,8 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   int passed = 0, failed = 0;
   bool not_started = false;
   for (const auto& ex : m.examples) {
-    auto r = run_example(m, ex, pack_dir, *hooks, network, secrets.secrets, read_hit, write_hit, egress_hit);
+    auto r = run_example(m, ex, pack_dir, *hooks, network, secrets.secrets, config_digest, read_hit, write_hit,
+                         egress_hit);
     (r.passed ? passed : failed)++;
     not_started = not_started || r.not_started;
     if (text) {

@@ -172,7 +172,7 @@ void run(const RunArgs& a, CliContext& ctx) {
     return;
   }
   // The operator's network policy (moon.yaml, C6a); an invalid file stops the run.
-  if (!load_operator_network(*home, req.network)) {
+  if (!load_operator_network(*home, req.network, &req.moon_config_digest)) {
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }

@@ -55,6 +55,8 @@ Result<std::string> audit_record_lines(const std::filesystem::path& home, const 
 // on stdout; `verified` goes to stderr after `ok`. False when stdout cannot be written.
 bool print_findings(const std::vector<std::string>& findings, const std::string& verified);
 
-bool load_operator_network(const std::filesystem::path& home, policy::OperatorNetwork& network);
+// `config_digest`, when given, gets "sha256:…" of the file's bytes or "none" (E5).
+bool load_operator_network(const std::filesystem::path& home, policy::OperatorNetwork& network,
+                           std::string* config_digest = nullptr);
 
 }  // namespace soyaos::cli

@@ -65,6 +65,17 @@ std::string operator_config_digest(const fs::path& home) {
   return d ? *d : "unreadable";
 }
 
+// Only a clean, complete run that exited 0 (C10): no violation, no timeout, signal or
+// setup failure, nothing the collection had to skip, no output past the capture bound.
+// A failure is never stored: it may be transient and must not outlive its cause.
+bool result_qualifies(const supervisor::RunReport& r) {
+  if (!r.error.empty() || r.violation_count > 0) return false;
+  if (r.outcome.ending != supervisor::Ending::exited || r.outcome.stop_signal != 0) return false;
+  if (r.exit_code != 0 || r.outcome.status != 0) return false;
+  if (!r.captured.enabled || r.captured.out_dropped != 0 || r.captured.err_dropped != 0) return false;
+  return r.outputs.skipped.empty();
+}
+
 }  // namespace
 
 RunCache::RunCache(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -235,19 +246,15 @@ void RunCache::arm(supervisor::RunRequest& request) const {
   if (!s_->active) return;
   request.capture_output = true;
   request.tee_output = true;
-  request.cache_key = s_->key;
+  // run_finished names the key its result is stored under (E5), so that the entry can be
+  // checked against the run that produced it (E6).
+  request.result_cache_key = [key = s_->key](const supervisor::RunReport& r) {
+    return result_qualifies(r) ? key : std::string();
+  };
 }
 
 void RunCache::store(const supervisor::RunReport& r) {
-  if (!s_->active) return;
-  // Only a clean, complete run that exited 0 (C10): no violation, no timeout, signal or
-  // setup failure, nothing the collection had to skip, no output past the capture bound.
-  // A failure is never stored: it may be transient and must not outlive its cause.
-  if (!r.error.empty() || r.violation_count > 0) return;
-  if (r.outcome.ending != supervisor::Ending::exited || r.outcome.stop_signal != 0) return;
-  if (r.exit_code != 0 || r.outcome.status != 0) return;
-  if (!r.captured.enabled || r.captured.out_dropped != 0 || r.captured.err_dropped != 0) return;
-  if (!r.outputs.skipped.empty()) return;
+  if (!s_->active || !result_qualifies(r)) return;
   moon::CacheStoreRequest req;
   req.key = s_->key;
   req.pack = s_->pack;

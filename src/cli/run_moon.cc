@@ -50,6 +50,12 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
   auto state = std::make_shared<State>(State{std::move(backend.value())});
 
   supervisor::RunHooks hooks;
+  // The manifest of every run, directory runs included (E5): run_started names it by digest.
+  hooks.keep_manifest = [state](const std::string& text) -> Status {
+    auto digest = state->moon->keep_manifest(text);
+    if (!digest) return digest.error();
+    return {};
+  };
   hooks.before_launch = [state](const scope::RunContext& ctx, const supervisor::EmitFn& emit) -> Status {
     // Flagged as NAME@VERSION, or as this content (a directory run flags by digest too).
     auto flag = state->moon->active_flag(ctx.pack, ctx.version, ctx.digest);

@@ -1,6 +1,7 @@
 #include "moon/audit.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "moon/cache.h"
 
@@ -46,11 +47,19 @@ std::vector<std::string> mismatches(const CacheEntryAudit& e, const json& d) {
                   (d.contains("exit_code") ? d["exit_code"].dump() : "(none)"));
   if (d.contains("cache_key")) differ("key", e.key, str(d, "cache_key"));
   const json outputs = d.contains("outputs") && d["outputs"].is_object() ? d["outputs"] : json::object();
-  if (!outputs.contains("stdout_digest") || !outputs.contains("stderr_digest")) {
+  const auto stream_digest = [&](const char* stream) -> std::optional<std::string> {
+    if (!outputs.contains(stream) || !outputs[stream].is_object()) return std::nullopt;
+    const json& o = outputs[stream];
+    if (!o.contains("digest") || !o["digest"].is_string()) return std::nullopt;
+    return o["digest"].get<std::string>();
+  };
+  const auto out_digest = stream_digest("stdout");
+  const auto err_digest = stream_digest("stderr");
+  if (!out_digest || !err_digest) {
     out.emplace_back("the run's run_finished records no output digests, so nothing proves the entry is its result");
   } else {
-    differ("stdout " , e.stdout_digest, str(outputs, "stdout_digest"));
-    differ("stderr", e.stderr_digest, str(outputs, "stderr_digest"));
+    differ("stdout", e.stdout_digest, *out_digest);
+    differ("stderr", e.stderr_digest, *err_digest);
   }
   const auto files = outputs.value("files", uint64_t{0});
   const auto bytes = outputs.value("bytes", uint64_t{0});

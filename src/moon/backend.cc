@@ -44,7 +44,7 @@ class EmbeddedRunStream final : public RunStream {
       : reg_(std::move(reg)), live_(std::move(live)), ctx_(std::move(ctx)) {}
   Status append(std::span<const json> events) override { return reg_.store().append_events(events); }
   Result<bool> flag(const json& violation) override {
-    return reg_.flag(ctx_.pack, ctx_.version, ctx_.digest, ctx_.run_id, violation);
+    return reg_.flag(ctx_.pack, ctx_.version, ctx_.digest, ctx_.run_id, violation, current_actor());
   }
   Status end() override {
     live_.end();
@@ -63,8 +63,8 @@ class EmbeddedMoon final : public MoonBackend {
   [[nodiscard]] bool is_daemon() const override { return false; }
   [[nodiscard]] std::string describe() const override { return "embedded at " + reg_.home().string(); }
 
-  Result<PushReply> push(const fs::path& dir) override {
-    auto r = reg_.push(dir);
+  Result<PushReply> push(const fs::path& dir, const Actor& actor) override {
+    auto r = reg_.push(dir, actor);
     if (!r) return r.error();
     PushReply out;
     out.outcome = r->outcome;
@@ -93,8 +93,12 @@ class EmbeddedMoon final : public MoonBackend {
     return reg_.unflag(name, version, reason, actor);
   }
   Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
-                    const std::string& run_id, const json& violation) override {
-    return reg_.flag(name, version, digest, run_id, violation);
+                    const std::string& run_id, const json& violation, const Actor& actor) override {
+    return reg_.flag(name, version, digest, run_id, violation, actor);
+  }
+  Result<std::string> keep_manifest(const std::string& text) override { return reg_.store().put_manifest(text); }
+  Result<std::optional<std::string>> manifest(const std::string& digest) override {
+    return reg_.store().manifest(digest);
   }
   Result<std::unique_ptr<RunStream>> open_run(const scope::RunContext& ctx, const json& first) override {
     auto stream = continue_run_embedded(reg_.home(), ctx);
@@ -294,8 +298,14 @@ json to_json(const EventQuery& q) {
   json j = {{"after_seq", q.after_seq}, {"limit", q.limit}};
   if (q.run_id) j["run_id"] = *q.run_id;
   if (q.type) j["type"] = *q.type;
+  if (!q.types.empty()) j["types"] = q.types;
   if (q.pack) j["pack"] = *q.pack;
+  if (q.version) j["version"] = *q.version;
+  if (q.digest) j["digest"] = *q.digest;
+  if (q.uid) j["uid"] = *q.uid;
   if (q.since) j["since"] = *q.since;
+  if (q.until) j["until"] = *q.until;
+  if (q.first) j["first"] = true;
   return j;
 }
 EventQuery query_from_json(const json& j) {
@@ -304,6 +314,16 @@ EventQuery query_from_json(const json& j) {
   q.type = opt(j, "type");
   q.pack = opt(j, "pack");
   q.since = opt(j, "since");
+  q.until = opt(j, "until");
+  q.version = opt(j, "version");
+  q.digest = opt(j, "digest");
+  if (auto it = j.find("uid"); it != j.end() && it->is_number_integer()) q.uid = it->get<int64_t>();
+  if (auto it = j.find("types"); it != j.end() && it->is_array()) {
+    for (const auto& t : *it) {
+      if (t.is_string()) q.types.push_back(t.get<std::string>());
+    }
+  }
+  q.first = j.value("first", false);
   q.after_seq = num(j, "after_seq");
   q.limit = num(j, "limit");
   return q;

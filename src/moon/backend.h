@@ -93,7 +93,8 @@ class MoonBackend {
   [[nodiscard]] virtual std::string describe() const = 0;
 
   // ---- registry (T3, T4) ----
-  virtual Result<PushReply> push(const std::filesystem::path& dir) = 0;
+  // `actor` is this process's user (current_actor()); the daemon records its peer's uid.
+  virtual Result<PushReply> push(const std::filesystem::path& dir, const Actor& actor) = 0;
   virtual Result<PackRecord> pull(const PackRef& ref, const std::filesystem::path& dest) = 0;
   virtual Result<PackRecord> get(const PackRef& ref) = 0;
   virtual Result<std::vector<PackRecord>> list() = 0;
@@ -109,8 +110,16 @@ class MoonBackend {
   // its peer's uid (SO_PEERCRED) instead.
   virtual Result<int> unflag(const std::string& name, const std::string& version, const std::string& reason,
                              const Actor& actor) = 0;
+  // `actor`: as for unflag (the user whose run raised the flag).
   virtual Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
-                            const std::string& run_id, const nlohmann::ordered_json& violation) = 0;
+                            const std::string& run_id, const nlohmann::ordered_json& violation,
+                            const Actor& actor) = 0;
+
+  // ---- manifests of runs (E5) ----
+  // Keeps a run's soyapack.yaml bytes; returns "sha256:…" of them (the Moon computes it).
+  virtual Result<std::string> keep_manifest(const std::string& text) = 0;
+  // The manifest stored under `digest` (run_started's manifest_digest), nullopt if none.
+  virtual Result<std::optional<std::string>> manifest(const std::string& digest) = 0;
 
   // ---- Scope events (E3, E4) ----
   // Starts streaming run `ctx`: stores `first` (run_started, or cache_hit of a replay)

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/content_digest.h"
 #include "common/digest.h"
 #include "common/text.h"
 #include "moon/sqlite_util.h"
@@ -340,25 +341,8 @@ Eligibility cache_eligibility(const manifest::Manifest& m, bool has_mounts) {
   return e;
 }
 
-Result<std::string> input_digest(const fs::path& input) {
-  struct stat st {};
-  if (::stat(input.c_str(), &st) != 0) return errno_error("--input " + input.string());
-  if (S_ISDIR(st.st_mode)) return tree_digest(input);
-  if (!S_ISREG(st.st_mode)) return make_error("--input " + input.string() + ": not a file or directory");
-  UniqueFd fd(::open(input.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return errno_error("open " + input.string());
-  Sha256 h;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_error("read " + input.string());
-    if (n == 0) break;
-    h.update(buf, static_cast<size_t>(n));
-  }
-  // Tagged: a directory's tree digest never equals a file's.
-  return "file:" + h.digest();
-}
+// One definition for the cache key and run_started (common/content_digest.h).
+Result<std::string> input_digest(const fs::path& input) { return soyaos::input_digest(input); }
 
 // ---- the cache ----
 

@@ -25,6 +25,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include "common/digest.h"
 #include "common/unique_fd.h"
 #include "manifest/rules.h"
 #include "manifest/yaml_tree.h"
@@ -620,6 +621,7 @@ MoonConfigLoad load_moon_config(const fs::path& home) {
   MoonConfigLoad result = parse_moon_config(text, file);
   if (!result.config) return result;
   result.config->path = path;
+  result.config->digest = "sha256:" + sha256_hex(text);
   // tls.ca_files: resolved from moon.yaml's directory, each read and checked now, so a
   // typo fails every run at once with the entry's line:column (never a silent fallback to
   // the system roots).

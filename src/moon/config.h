@@ -42,6 +42,8 @@ inline constexpr std::size_t kMaxCaFileBytes = std::size_t{4} << 20;  // 4 MiB
 
 struct MoonConfig {
   std::filesystem::path path;  // the file read; empty when none exists (defaults)
+  // "sha256:…" of the bytes read (run_started's moon_config_digest, E5); "none" without a file.
+  std::string digest = "none";
   policy::OperatorNetwork network;
   // proxy.allow: key_path "proxy.allow[i]", the same triple rules as a manifest egress
   // entry (M2), protocol https | http | tcp only.

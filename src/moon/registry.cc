@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "common/digest.h"
+#include "common/text.h"
 #include "common/unique_fd.h"
 #include "manifest/rules.h"
 #include "moon/archive.h"
@@ -142,6 +143,12 @@ class LayoutLock {
   UniqueFd fd_;
 };
 
+// Who changed the Moon's state, as events record it (docs/events.md): the user name is
+// null when the uid has none.
+json actor_json(const Actor& a) {
+  return {{"uid", a.uid}, {"user", a.user.empty() ? json(nullptr) : json(valid_utf8(a.user))}};
+}
+
 std::string hostname() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
@@ -228,7 +235,7 @@ Result<Registry> Registry::open(const fs::path& home) {
   return Registry(home, std::move(store).value());
 }
 
-Result<PushResult> Registry::push(const fs::path& dir) {
+Result<PushResult> Registry::push(const fs::path& dir, const Actor& actor) {
   PushResult r;
   auto loaded = manifest::load_pack(dir);
   if (!loaded.manifest) {
@@ -317,7 +324,8 @@ Result<PushResult> Registry::push(const fs::path& dir) {
   scope::RunContext ctx{hostname(), "", m.name, m.version, info->tree_digest};
   json event = scope::make_event(
       ctx, "pack_pushed",
-      {{"archive_digest", rec.digest}, {"size", rec.size}, {"oci_manifest", rec.oci_manifest}});
+      {{"archive_digest", rec.digest}, {"size", rec.size}, {"oci_manifest", rec.oci_manifest},
+       {"actor", actor_json(actor)}});
   event["source"] = "soyaos://" + ctx.host + "/moon";
   event["data"]["run_id"] = nullptr;
 
@@ -417,7 +425,7 @@ Result<PackRecord> Registry::pull(const PackRef& ref, const fs::path& dest_in) {
 }
 
 Result<bool> Registry::flag(const std::string& name, const std::string& version, const std::string& digest,
-                            const std::string& run_id, const json& violation) {
+                            const std::string& run_id, const json& violation, const Actor& actor) {
   FlagRecord f;
   f.name = name;
   f.version = version;
@@ -428,7 +436,7 @@ Result<bool> Registry::flag(const std::string& name, const std::string& version,
   scope::RunContext ctx{hostname(), run_id, name, version, digest};
   json event = scope::make_event(ctx, "pack_flagged",
                                  {{"raised", true}, {"flagged_by_run", run_id}, {"flagged_at", f.flagged_at},
-                                  {"violation", violation}});
+                                  {"violation", violation}, {"actor", actor_json(actor)}});
   event["source"] = "soyaos://" + ctx.host + "/moon";
   return store_.add_flag(f, event);
 }
@@ -453,7 +461,7 @@ Result<int> Registry::unflag(const std::string& name, const std::string& version
   scope::RunContext ctx{hostname(), "", name, version, digest};
   json event = scope::make_event(
       ctx, "pack_unflagged",
-      {{"reason", reason}, {"actor", {{"uid", actor.uid}, {"user", actor.user.empty() ? json(nullptr) : json(actor.user)}}}});
+      {{"reason", reason}, {"actor", actor_json(actor)}});
   event["source"] = "soyaos://" + ctx.host + "/moon";
   event["data"]["run_id"] = nullptr;
   return store_.clear_flags(name, version, digest, actor, reason, std::move(event));

@@ -74,8 +74,9 @@ class Registry {
   Store& store() { return store_; }
 
   // Validates, lints, archives and stores the pack in `dir`. System failures are errors;
-  // refusals are outcomes. Emits `pack_pushed` into the store when pushed.
-  Result<PushResult> push(const std::filesystem::path& dir);
+  // refusals are outcomes. Emits `pack_pushed` into the store when pushed, recording
+  // `actor` (who pushed: in daemon mode the client's SO_PEERCRED uid).
+  Result<PushResult> push(const std::filesystem::path& dir, const Actor& actor);
 
   // Extracts NAME@VERSION into `dest`, which must not exist or be an empty directory.
   // The archive is verified against its digest while it is read; on any failure nothing
@@ -92,9 +93,9 @@ class Registry {
   // says so (data.run_id: the run that caused it). `violation` is the run's
   // capability_violation event. One flag per run: a second call with the same run_id is
   // ignored (returns false, no event). A flag stays until unflag(): a newer version does
-  // not clear it.
+  // not clear it. `actor`: the user whose run raised it (daemon: the client's uid).
   Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
-                    const std::string& run_id, const nlohmann::ordered_json& violation);
+                    const std::string& run_id, const nlohmann::ordered_json& violation, const Actor& actor);
   // The newest flag not cleared of NAME@VERSION or of `digest` (when not empty). nullopt
   // when not flagged.
   Result<std::optional<FlagRecord>> active_flag(const std::string& name, const std::string& version,

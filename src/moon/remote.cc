@@ -165,10 +165,10 @@ class RemoteMoon final : public MoonBackend {
     return {};
   }
 
-  Result<PushReply> push(const fs::path& dir) override {
+  Result<PushReply> push(const fs::path& dir, const Actor& actor) override {
     auto s = session();
     if (!s) return s.error();
-    if (!*s) return fallback_->push(dir);
+    if (!*s) return fallback_->push(dir, actor);
     UniqueFd mem(::memfd_create("soyaos-push", MFD_CLOEXEC));
     if (!mem) return errno_error("memfd_create");
     auto info = write_archive(dir, mem.get());
@@ -326,17 +326,39 @@ class RemoteMoon final : public MoonBackend {
     return r->value("cleared", 0);
   }
 
+  // The actor is not sent either (as unflag).
   Result<bool> flag(const std::string& name, const std::string& version, const std::string& digest,
-                    const std::string& run_id, const json& violation) override {
+                    const std::string& run_id, const json& violation, const Actor& actor) override {
     json req = {{"op", "flag"},       {"name", name},     {"version", version},
                 {"digest", digest},   {"run_id", run_id}, {"violation", violation}};
     auto r = request(req, [&](MoonBackend& b) -> Result<json> {
-      auto added = b.flag(name, version, digest, run_id, violation);
+      auto added = b.flag(name, version, digest, run_id, violation, actor);
       if (!added) return added.error();
       return json{{"added", *added}};
     });
     if (!r) return r.error();
     return r->value("added", false);
+  }
+
+  Result<std::string> keep_manifest(const std::string& text) override {
+    auto r = request({{"op", "keep_manifest"}, {"manifest", text}}, [&](MoonBackend& b) -> Result<json> {
+      auto d = b.keep_manifest(text);
+      if (!d) return d.error();
+      return json{{"digest", *d}};
+    });
+    if (!r) return r.error();
+    return r->value("digest", "");
+  }
+
+  Result<std::optional<std::string>> manifest(const std::string& digest) override {
+    auto r = request({{"op", "manifest"}, {"digest", digest}}, [&](MoonBackend& b) -> Result<json> {
+      auto m = b.manifest(digest);
+      if (!m) return m.error();
+      return json{{"manifest", *m ? json(**m) : json(nullptr)}};
+    });
+    if (!r) return r.error();
+    if (!r->contains("manifest") || !(*r)["manifest"].is_string()) return std::optional<std::string>();
+    return std::optional<std::string>((*r)["manifest"].get<std::string>());
   }
 
   Result<std::unique_ptr<RunStream>> open_run(const scope::RunContext& ctx, const json& first) override {

@@ -125,7 +125,9 @@ Result<json> do_push(Shared& sh, MoonBackend& moon, wire::Conn& conn, const json
     return make_error("the pushed archive does not match the digest the client announced (" + want + ", received " +
                       *got + ")");
   }
-  auto r = moon.push(dir);
+  // Who pushed comes from the socket (SO_PEERCRED), never from the client's message.
+  if (!peer.known) return make_error("push: the client's credentials (SO_PEERCRED) are unknown");
+  auto r = moon.push(dir, actor_for_uid(peer.uid));
   if (!r) return r.error();
   // Diagnostics name the file as the client knows it.
   const std::string shown = req_str(req, "dir");
@@ -181,6 +183,18 @@ Result<json> dispatch(Shared& sh, MoonBackend& moon, const json& req, const Peer
     if (!n) return n.error();
     if (*n > 0) sh.log("unflag " + name + "@" + version + " (" + std::to_string(*n) + ") by " + peer.str());
     return json{{"cleared", *n}};
+  }
+  if (op == "keep_manifest") {
+    // The digest is the Moon's own computation over the bytes received.
+    if (!req.contains("manifest") || !req["manifest"].is_string()) return make_error("keep_manifest: no manifest text");
+    auto d = moon.keep_manifest(req["manifest"].get<std::string>());
+    if (!d) return d.error();
+    return json{{"digest", *d}};
+  }
+  if (op == "manifest") {
+    auto m = moon.manifest(req_str(req, "digest"));
+    if (!m) return m.error();
+    return json{{"manifest", *m ? json(**m) : json(nullptr)}};
   }
   if (op == "status") {
     auto s = moon.status();

@@ -124,7 +124,8 @@ Result<json> ConnRuns::flag(MoonBackend& moon, const std::string& run_id, const 
   if (sval(violation, "type") != "capability_violation" || sval(data_of(violation), "run_id") != run_id)
     return make_error("run_flag: the reason must be a capability_violation of run " + run_id, EINVAL);
   const auto& ctx = it->second.ctx;
-  auto added = moon.flag(ctx.pack, ctx.version, ctx.digest, run_id, violation);
+  // Who raised it: the connection's peer, never the client's claim (E5).
+  auto added = moon.flag(ctx.pack, ctx.version, ctx.digest, run_id, violation, actor_for_uid(static_cast<int64_t>(uid_)));
   if (!added) return added.error();
   return json{{"added", *added}};
 }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "moon/chain.h"
+#include "common/digest.h"
 #include "moon/semver.h"
 #include "scope/events.h"
 
@@ -110,6 +111,16 @@ CREATE TABLE IF NOT EXISTS chain_meta (
 // Moon's own events, or this many events after the last head: the window in which cutting
 // off the database's tail together with its checkpoints goes unseen (docs/events.md).
 constexpr int64_t kHeadEvery = 256;
+
+// Schema 4 (E5): the manifest of every run, directory runs included, by the sha256 of
+// its bytes (run_started's manifest_digest).
+const char* const kSchemaV4 = R"sql(
+CREATE TABLE IF NOT EXISTS manifests (
+  digest TEXT PRIMARY KEY,
+  manifest TEXT NOT NULL,
+  stored_at TEXT NOT NULL
+);
+)sql";
 
 Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
   return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
@@ -279,6 +290,11 @@ Status Store::init_schema() {
     if (auto s = exec(db_, path_, kSchemaV3, "upgrade the schema to version 3"); !s) return s;
     if (auto s = chain_existing_events(); !s) return s;
     if (auto s = exec(db_, path_, "PRAGMA user_version=3", "set the schema version"); !s) return s;
+    *v = 3;
+  }
+  if (*v == 3) {
+    if (auto s = exec(db_, path_, kSchemaV4, "upgrade the schema to version 4"); !s) return s;
+    if (auto s = exec(db_, path_, "PRAGMA user_version=4", "set the schema version"); !s) return s;
   }
   if (auto s = txn.commit(); !s) return s;
   return flush_head();
@@ -489,6 +505,27 @@ Result<int> Store::clear_flags(const std::string& name, const std::string& versi
   return n;
 }
 
+// ---- manifests of runs ----
+
+Result<std::string> Store::put_manifest(const std::string& text) {
+  const std::string digest = "sha256:" + sha256_hex(text);
+  auto st = prepare(db_, path_, "INSERT OR IGNORE INTO manifests (digest, manifest, stored_at) VALUES (?1, ?2, ?3)");
+  if (!st) return st.error();
+  st->bind(1, digest).bind(2, text).bind(3, scope::now_rfc3339());
+  if (auto s = step_done(*st, db_, path_, "store manifest " + digest); !s) return s.error();
+  return digest;
+}
+
+Result<std::optional<std::string>> Store::manifest(const std::string& digest) {
+  auto st = prepare(db_, path_, "SELECT manifest FROM manifests WHERE digest=?1");
+  if (!st) return st.error();
+  st->bind(1, digest);
+  int rc = st->step();
+  if (rc == SQLITE_ROW) return std::optional<std::string>(st->text(0));
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  return db_error(db_, path_, "read manifest " + digest);
+}
+
 // ---- events ----
 
 Status Store::append_events(std::span<const json> events) {
@@ -574,11 +611,38 @@ Result<std::vector<StoredEvent>> Store::query_events(const EventQuery& q) {
   std::string sql = "SELECT seq, time, type, COALESCE(run_id,''), COALESCE(pack,''), COALESCE(version,''), json, "
                     "COALESCE(prev_hash,''), COALESCE(hash,'') FROM events WHERE seq > ?1";
   std::vector<const std::string*> binds;
-  if (q.run_id) sql += " AND run_id = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.run_id);
-  if (q.type) sql += " AND type = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.type);
-  if (q.pack) sql += " AND pack = ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.pack);
-  if (q.since) sql += " AND time >= ?" + std::to_string(binds.size() + 2), binds.push_back(&*q.since);
-  sql += q.limit > 0 ? " ORDER BY seq DESC LIMIT " + std::to_string(q.limit) : " ORDER BY seq";
+  auto param = [&](const std::string* v) {
+    binds.push_back(v);
+    return "?" + std::to_string(binds.size() + 1);
+  };
+  if (q.run_id) sql += " AND run_id = " + param(&*q.run_id);
+  std::vector<std::string> types = q.types;
+  if (q.type) types.push_back(*q.type);
+  if (!types.empty()) {
+    sql += " AND type IN (";
+    for (size_t i = 0; i < types.size(); ++i) sql += (i == 0 ? "" : ",") + param(&types[i]);
+    sql += ")";
+  }
+  if (q.pack) sql += " AND pack = " + param(&*q.pack);
+  if (q.version) sql += " AND version = " + param(&*q.version);
+  // Not indexed: narrowed by the indexed filters first when there are any.
+  if (q.digest) sql += " AND json_extract(json, '$.data.digest') = " + param(&*q.digest);
+  const std::string uid_text = q.uid ? std::to_string(*q.uid) : std::string();
+  if (q.uid) {
+    // Who: the user run_started recorded for the event's run, or the actor of a change to
+    // the Moon's state (push, flag, unflag). run_started rows are found by the type index.
+    const std::string p = param(&uid_text);
+    sql += " AND (run_id IN (SELECT run_id FROM events WHERE type = 'run_started' AND run_id IS NOT NULL AND "
+           "CAST(json_extract(json, '$.data.user.uid') AS TEXT) = " + p +
+           ") OR CAST(json_extract(json, '$.data.actor.uid') AS TEXT) = " + p + ")";
+  }
+  if (q.since) sql += " AND time >= " + param(&*q.since);
+  if (q.until) sql += " AND time < " + param(&*q.until);
+  if (q.limit > 0) {
+    sql += std::string(q.first ? " ORDER BY seq" : " ORDER BY seq DESC") + " LIMIT " + std::to_string(q.limit);
+  } else {
+    sql += " ORDER BY seq";
+  }
   auto st = prepare(db_, path_, sql);
   if (!st) return st.error();
   st->bind(1, q.after_seq);
@@ -593,7 +657,7 @@ Result<std::vector<StoredEvent>> Store::query_events(const EventQuery& q) {
     if (is_corruption(rc)) return corrupt_error(db_, path_, sqlite3_errmsg(db_));
     return db_error(db_, path_, "query events");
   }
-  if (q.limit > 0) std::reverse(out.begin(), out.end());
+  if (q.limit > 0 && !q.first) std::reverse(out.begin(), out.end());
   return out;
 }
 

@@ -25,7 +25,7 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 namespace chain {
 class MoonKey;
@@ -89,13 +89,21 @@ struct StoredEvent {
   std::string hash;             // this event's
 };
 
+// Every set field must match (E7). Times compare as the stored UTC text.
 struct EventQuery {
   std::optional<std::string> run_id;
   std::optional<std::string> type;
+  std::vector<std::string> types;    // any of these (with `type`, that one too)
   std::optional<std::string> pack;
+  std::optional<std::string> version;  // with `pack`: NAME@VERSION
+  std::optional<std::string> digest;   // data.digest (the pack's tree digest)
+  std::optional<int64_t> uid;          // events of runs whose run_started has user.uid, and
+                                       // Moon changes whose actor.uid is this
   std::optional<std::string> since;  // RFC 3339 UTC; events with time >= since
+  std::optional<std::string> until;  // RFC 3339 UTC; events with time < until
   int64_t after_seq = 0;             // only seq > after_seq
   int64_t limit = 0;                 // the LAST `limit` matches (0: all); result in seq order
+  bool first = false;                // with `limit`: the FIRST `limit` matches instead (paging)
 };
 
 class Store {
@@ -135,6 +143,13 @@ class Store {
   // transaction; nothing is appended when there was nothing to clear. Returns how many.
   Result<int> clear_flags(const std::string& name, const std::string& version, const std::string& digest,
                           const Actor& actor, const std::string& reason, nlohmann::ordered_json unflagged_event);
+
+  // ---- manifests of runs (E5) ----
+  // Keeps `text` (a run's soyapack.yaml bytes) under "sha256:" + its sha256, once;
+  // returns that digest. Directory runs included: run_started's manifest_digest names it.
+  Result<std::string> put_manifest(const std::string& text);
+  // The manifest text stored under `digest`, nullopt when none.
+  Result<std::optional<std::string>> manifest(const std::string& digest);
 
   // ---- events ----
   // All of `events` in one durable transaction, or none of them. Each must be a JSON

@@ -20,6 +20,7 @@
 #include "supervisor/egress_plan.h"
 #include "supervisor/egress_service.h"
 #include "supervisor/interception.h"
+#include "supervisor/provenance.h"
 #include "supervisor/violation_log.h"
 
 namespace soyaos::supervisor {
@@ -200,6 +201,18 @@ RunReport run_pack(const RunRequest& request) {
       return report;
     }
   }
+  // What run_started records about the run's inputs and manifest (E5): read now, before
+  // anything starts; an input that vanished since the usage checks refuses the run.
+  auto inputs = inputs_record(options.inputs);
+  if (!inputs) {
+    report.error = inputs.error().describe();
+    return report;
+  }
+  auto manifest_text = read_manifest_text(request.pack_dir);
+  if (!manifest_text) {
+    report.error = "manifest: " + manifest_text.error().describe();
+    return report;
+  }
   // Every run gets the network layer, also with `egress: []`: then every attempt is
   // refused by the netns and reported, instead of failing unseen with ENETUNREACH.
   auto egress = EgressPlan::build(*policy, request.network, request.network.proxy_allow);
@@ -281,7 +294,15 @@ RunReport run_pack(const RunRequest& request) {
     }
     if (request.hooks.on_event) request.hooks.on_event(ctx, event);  // the Moon, as it happens
   };
-  emit("run_started", {{"runtime", manifest::to_string(m.agent.runtime)},
+  emit("run_started", {{"host", ctx.host},
+                       {"user", run_user()},
+                       {"rootless", ::geteuid() != 0},
+                       {"manifest_digest", "sha256:" + sha256_hex(*manifest_text)},
+                       {"moon_config_digest", request.moon_config_digest},
+                       {"capabilities", capabilities_in_force(m, *policy, options.mounts)},
+                       {"operator_policy", operator_policy(request.network)},
+                       {"inputs", std::move(inputs.value())},
+                       {"runtime", manifest::to_string(m.agent.runtime)},
                        {"entrypoint", m.agent.entrypoint},
                        {"argv", policy->argv},
                        {"determinism_tier", manifest::to_string(m.capabilities.tier)},
@@ -293,7 +314,6 @@ RunReport run_pack(const RunRequest& request) {
                          {"open_files", policy->limits.open_files}}},
                        {"limit_mechanisms", limit_mechanisms(*cgroups)},
                        {"rlimit_only", cgroups->rlimit_only()},
-                       {"rootless", ::geteuid() != 0},
                        {"path_observation", observe_paths}});
   // The run's record is complete in the Moon: every event durable (E4). A failure fails the run.
   auto store_events = [&] {
@@ -303,6 +323,17 @@ RunReport run_pack(const RunRequest& request) {
       report.exit_code = kExitSetup;
     }
   };
+  if (request.hooks.keep_manifest) {
+    if (auto s = request.hooks.keep_manifest(*manifest_text); !s) {
+      // As with before_launch: the Moon failed, the run does not start.
+      report.error = "moon: keep the run's manifest: " + s.error().describe();
+      emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
+      (void)sink.flush();
+      store_events();
+      report.exit_code = kExitSetup;
+      return report;
+    }
+  }
   if (request.hooks.before_launch) {
     if (auto s = request.hooks.before_launch(ctx, emit); !s) {
       report.error = "moon: " + s.error().describe();
@@ -436,12 +467,15 @@ RunReport run_pack(const RunRequest& request) {
                                      {"skipped", report.outputs.skipped},
                                      {"skipped_count", report.outputs.skipped_count},
                                      {"dir", valid_utf8(report.out_dir)}}}};
-  if (report.captured.enabled && report.captured.out_dropped == 0 && report.captured.err_dropped == 0) {
-    // What the agent wrote, whole: a cache entry of this run must hold exactly this (E6).
-    finished["outputs"]["stdout_digest"] = "sha256:" + sha256_hex(report.captured.out);
-    finished["outputs"]["stderr_digest"] = "sha256:" + sha256_hex(report.captured.err);
+  // What the run produced, by digest (E5): a cache entry must match these (E6).
+  std::string digest_error;
+  nlohmann::ordered_json produced =
+      output_digests(report.captured, policy->out_writable && report.error.empty(), report.out_dir, digest_error);
+  for (auto& [k, v] : produced.items()) finished["outputs"][k] = std::move(v);
+  if (!digest_error.empty() && report.error.empty()) report.error = digest_error;
+  if (request.result_cache_key) {
+    if (std::string key = request.result_cache_key(report); !key.empty()) finished["cache_key"] = key;
   }
-  if (!request.cache_key.empty()) finished["cache_key"] = request.cache_key;
   if (report.outcome.stop != Stop::none || report.outcome.stop_signal != 0) {
     // How the run was stopped (C9): what the operator or the timeout asked, and whether
     // the agent ended within its grace period.

@@ -31,9 +31,14 @@ inline constexpr size_t kMaxUpstreamFailures = 20;
 // Emits one more event of this run (same envelope and run identity).
 using EmitFn = std::function<void(const std::string& type, nlohmann::ordered_json data)>;
 
+struct RunReport;
+
 // How the layer above (the Moon, via the CLI) takes part in a run without the supervisor
 // depending on it.
 struct RunHooks {
+  // Right after run_started, before before_launch: keep the run's soyapack.yaml (E5) so
+  // that run_started's manifest_digest can always be resolved. An error refuses the run.
+  std::function<Status(const std::string& manifest_text)> keep_manifest;
   // After run_started, before the Comet starts: e.g. warn about and emit pack_flagged.
   // An error refuses the run (125).
   std::function<Status(const scope::RunContext&, const EmitFn&)> before_launch;
@@ -55,9 +60,6 @@ struct RunRequest {
   bool events_to_stdout = false;         // --events -
   bool capture_output = false;           // keep stdout/stderr in the report instead of relaying
   bool tee_output = false;               // with capture_output: relay as well (the result cache)
-  // The result cache's key for this run when the cache may store it: run_finished records
-  // it, so that `moon check` can tie a cache entry (and every replay) to this run (E6).
-  std::string cache_key;
   RunHooks hooks;
   // The operator's network policy from the Moon's configuration (moon.yaml, C6a); the
   // defaults when there is none.
@@ -65,6 +67,13 @@ struct RunRequest {
   // The run's secrets (C11): the agent's environment gets NAME=placeholder for each; the
   // values stay in the supervisor (the gateway substitutes them for the secret's hosts).
   std::vector<policy::RunSecret> secrets;
+  // run_started's moon_config_digest (E5): "sha256:…" of the moon.yaml bytes the operator
+  // policy came from, "none" when there is no file.
+  std::string moon_config_digest = "none";
+  // Set by the result cache (C10) when it is armed: the key this run's result will be
+  // stored under, given the finished report; "" when the run does not qualify. Recorded
+  // as run_finished's cache_key.
+  std::function<std::string(const RunReport&)> result_cache_key;
 };
 
 struct RunReport {

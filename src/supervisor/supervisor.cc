@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "common/digest.h"
 #include "policy/runtime_layer.h"
 #include "supervisor/runtime_files.h"
 
@@ -42,11 +43,15 @@ Status add(int epfd, int fd, Tag tag) {
 void remove(int epfd, int fd) { (void)::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr); }
 
 // Relays and/or captures one chunk of the agent's output; false at EOF.
-bool relay(int from, int to, std::string* sink, size_t cap, uint64_t* dropped, bool tee) {
+// `hash` and `total` see every byte read (the run's output digests).
+bool relay(int from, int to, std::string* sink, size_t cap, uint64_t* dropped, bool tee, Sha256& hash,
+           uint64_t& total) {
   char buf[65536];
   ssize_t n = ::read(from, buf, sizeof buf);
   if (n < 0) return errno == EINTR || errno == EAGAIN;
   if (n == 0) return false;
+  hash.update(buf, static_cast<size_t>(n));
+  total += static_cast<uint64_t>(n);
   if (sink != nullptr) {
     size_t keep = std::min(static_cast<size_t>(n), cap - std::min(cap, sink->size()));
     sink->append(buf, keep);
@@ -208,6 +213,8 @@ int take_pending_stop_signal() {
 Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& policy,
                              const ViolationCallback& on_violation, OutputCapture* capture) {
   const bool capturing = capture != nullptr && capture->enabled;
+  Sha256 out_hash, err_hash;
+  uint64_t out_bytes = 0, err_bytes = 0;
   auto start = std::chrono::steady_clock::now();
   RunOutcome outcome;
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
@@ -291,7 +298,7 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
         case kStdout:
           if (!relay(comet.stdout_read.get(), capture != nullptr ? capture->relay_stdout_fd : STDOUT_FILENO, capturing ? &capture->out : nullptr,
                      capturing ? capture->cap_bytes : 0, capturing ? &capture->out_dropped : nullptr,
-                     capturing && capture->tee)) {
+                     capturing && capture->tee, out_hash, out_bytes)) {
             remove(epoll.get(), comet.stdout_read.get());
             stdout_open = false;
           }
@@ -299,7 +306,7 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
         case kStderr:
           if (!relay(comet.stderr_read.get(), STDERR_FILENO, capturing ? &capture->err : nullptr,
                      capturing ? capture->cap_bytes : 0, capturing ? &capture->err_dropped : nullptr,
-                     capturing && capture->tee)) {
+                     capturing && capture->tee, err_hash, err_bytes)) {
             remove(epoll.get(), comet.stderr_read.get());
             stderr_open = false;
           }
@@ -370,6 +377,12 @@ Result<RunOutcome> supervise(comet::LaunchedComet& comet, const policy::Policy& 
   outcome.duration_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                    std::chrono::steady_clock::now() - start)
                                                    .count());
+  if (capture != nullptr) {
+    capture->out_digest = out_hash.digest();
+    capture->err_digest = err_hash.digest();
+    capture->out_bytes = out_bytes;
+    capture->err_bytes = err_bytes;
+  }
   return outcome;
 }
 

@@ -66,6 +66,10 @@ struct OutputCapture {
   int relay_stdout_fd = 1;
   std::string out, err;
   uint64_t out_dropped = 0, err_dropped = 0;
+  // Capturing or not: "sha256:…" and the size of every byte the agent wrote on stdout and
+  // on stderr (run_finished, E5), set when supervise() returns.
+  std::string out_digest, err_digest;
+  uint64_t out_bytes = 0, err_bytes = 0;
 };
 
 // The signals that stop a run gracefully (C9). Blocks them in the calling thread, and so in

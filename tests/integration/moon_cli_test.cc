@@ -226,10 +226,12 @@ TEST_F(MoonCli, ScopeQueryAndTail) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto ls = lines(r.out);
   ASSERT_EQ(ls.size(), 2U) << r.out;
-  // TIME  TYPE  SUBJECT  summary
-  EXPECT_EQ(field(ls[0], 1), "pack_pushed");
-  EXPECT_EQ(field(ls[0], 2), "hello-report@1.0.0");
-  EXPECT_EQ(field(ls[0], 0).size(), 27U);  // 2026-11-29T12:00:00.123456Z
+  // SEQ  TIME  TYPE  SUBJECT  summary
+  EXPECT_EQ(field(ls[0], 0), "1");
+  EXPECT_EQ(field(ls[0], 2), "pack_pushed");
+  EXPECT_EQ(field(ls[0], 3), "hello-report@1.0.0");
+  EXPECT_EQ(field(ls[0], 1).size(), 27U);  // 2026-11-29T12:00:00.123456Z
+  EXPECT_NE(r.err.find("cursor: 2"), std::string::npos) << r.err;
 
   r = soyaos({"scope", "query", "--pack", "issue-summarizer", "--format", "json"});
   ls = lines(r.out);
@@ -273,8 +275,8 @@ TEST_F(MoonCli, ScopeTailFollowPrintsNewEvents) {
   }
   const auto ls = lines(text);
   ASSERT_EQ(ls.size(), 2U) << text;
-  EXPECT_EQ(field(ls[0], 2), "hello-report@1.0.0");
-  EXPECT_EQ(field(ls[1], 2), "issue-summarizer@1.4.2");
+  EXPECT_EQ(field(ls[0], 3), "hello-report@1.0.0");  // SEQ  TIME  TYPE  SUBJECT
+  EXPECT_EQ(field(ls[1], 3), "issue-summarizer@1.4.2");
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // let timeout end it
 }
 

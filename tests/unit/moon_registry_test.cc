@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/digest.h"
+#include "moon/backend.h"
 #include "moon/registry.h"
 #include "moon_test_util.h"
 
@@ -34,7 +35,7 @@ Registry open_reg(const fs::path& home) {
 }
 
 PushResult push_ok(Registry& reg, const fs::path& dir) {
-  auto r = reg.push(dir);
+  auto r = reg.push(dir, current_actor());
   EXPECT_TRUE(r) << r.error().describe();
   return r ? std::move(r).value() : PushResult{};
 }
@@ -192,8 +193,8 @@ TEST(MoonRegistry, FlagsStayOnTheirVersionUntilUnflaggedWithAReason) {
 
   const json violation = {{"type", "capability_violation"},
                           {"data", {{"surface", "fs"}, {"resource", "/etc/shadow"}, {"syscall", "openat"}}}};
-  EXPECT_TRUE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN1", violation).value());
-  EXPECT_FALSE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN1", violation).value());  // once per run
+  EXPECT_TRUE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN1", violation, current_actor()).value());
+  EXPECT_FALSE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN1", violation, current_actor()).value());  // once per run
   auto active = reg.active_flag("demo", "1.0.0");
   ASSERT_TRUE(active && active->has_value());
   EXPECT_EQ((*active)->run_id, "RUN1");
@@ -221,7 +222,7 @@ TEST(MoonRegistry, FlagsStayOnTheirVersionUntilUnflaggedWithAReason) {
   // Unflag needs a reason, and records who and why in the flag and a pack_unflagged event.
   EXPECT_FALSE(reg.unflag("demo", "1.0.0", "  ", Actor{1234, "alice"}));
   EXPECT_TRUE(reg.active_flag("demo", "1.0.0")->has_value());
-  EXPECT_TRUE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN2", violation).value());
+  EXPECT_TRUE(reg.flag("demo", "1.0.0", "sha256:aa", "RUN2", violation, current_actor()).value());
   EXPECT_EQ(reg.unflag("demo", "1.0.0", "false positive: test fixture", Actor{1234, "alice"}).value(), 2);
   EXPECT_FALSE(reg.active_flag("demo", "1.0.0")->has_value());
   auto flags = reg.flags("demo", "1.0.0");
@@ -296,12 +297,12 @@ TEST(MoonRegistry, RelativeLinkInsideThePackIsKeptOtherLinksAreRefused) {
   make_pack(t.path() / "src", "demo", "1.0.0");
   fs::create_symlink("main.py", t.path() / "src" / "alias.py");
   auto reg = open_reg(t.path() / "home");
-  auto r = reg.push(t.path() / "src");
+  auto r = reg.push(t.path() / "src", current_actor());
   ASSERT_TRUE(r) << r.error().describe();
   EXPECT_EQ(r->outcome, PushOutcome::pushed);
   make_pack(t.path() / "bad", "demo", "1.0.1");
   fs::create_symlink("../src/main.py", t.path() / "bad" / "alias.py");
-  r = reg.push(t.path() / "bad");
+  r = reg.push(t.path() / "bad", current_actor());
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("alias.py -> ../src/main.py"), std::string::npos) << r.error().message;
   EXPECT_EQ(reg.list()->size(), 1U);
@@ -322,7 +323,7 @@ TEST(MoonRegistry, ConcurrentPushesOfOneVersion) {
     if (pid == 0) {
       auto reg = Registry::open(home);
       if (!reg) _exit(10);
-      auto r = reg->push(t.path() / (i % 2 == 0 ? "a" : "b"));
+      auto r = reg->push(t.path() / (i % 2 == 0 ? "a" : "b"), current_actor());
       if (!r) _exit(11);
       _exit(static_cast<int>(r->outcome));
     }
@@ -381,7 +382,7 @@ TEST(MoonRegistry, SigkillDuringPushLeavesAConsistentRegistry) {
     if (pid == 0) {
       auto reg = Registry::open(home);
       if (!reg) _exit(10);
-      auto r = reg->push(dir);
+      auto r = reg->push(dir, current_actor());
       _exit(r && r->outcome == PushOutcome::pushed ? 0 : 11);
     }
     return pid;
