@@ -109,8 +109,11 @@ class Printer {
     q.first = true;
     if (auto started = moon_.query_events(q); started && !started->empty()) {
       json ev = json::parse(started->front().json, nullptr, false);
-      if (ev.is_object() && ev.contains("data") && ev["data"].is_object() && ev["data"].contains("user"))
+      if (ev.is_object() && ev.contains("soyaosuid")) {  // the daemon's attribution (SO_PEERCRED)
+        user = {{"uid", ev["soyaosuid"]}, {"name", ev.value("soyaosuser", "")}};
+      } else if (ev.is_object() && ev.contains("data") && ev["data"].is_object() && ev["data"].contains("user")) {
         user = ev["data"]["user"];
+      }
     }
     if (users_.size() > 10000) users_.clear();  // bounded memory on an endless tail
     users_[run_id] = user;

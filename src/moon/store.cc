@@ -629,11 +629,13 @@ Result<std::vector<StoredEvent>> Store::query_events(const EventQuery& q) {
   if (q.digest) sql += " AND json_extract(json, '$.data.digest') = " + param(&*q.digest);
   const std::string uid_text = q.uid ? std::to_string(*q.uid) : std::string();
   if (q.uid) {
-    // Who: the user run_started recorded for the event's run, or the actor of a change to
-    // the Moon's state (push, flag, unflag). run_started rows are found by the type index.
+    // Who: the user of the event's run — the daemon's attribution (soyaosuid, from
+    // SO_PEERCRED) when the run went through it, else the user run_started recorded — or
+    // the actor of a change to the Moon's state (push, flag, unflag). run_started rows are
+    // found by the type index.
     const std::string p = param(&uid_text);
     sql += " AND (run_id IN (SELECT run_id FROM events WHERE type = 'run_started' AND run_id IS NOT NULL AND "
-           "CAST(json_extract(json, '$.data.user.uid') AS TEXT) = " + p +
+           "CAST(COALESCE(json_extract(json, '$.soyaosuid'), json_extract(json, '$.data.user.uid')) AS TEXT) = " + p +
            ") OR CAST(json_extract(json, '$.data.actor.uid') AS TEXT) = " + p + ")";
   }
   if (q.since) sql += " AND time >= " + param(&*q.since);

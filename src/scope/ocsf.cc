@@ -163,7 +163,13 @@ json to_ocsf(const json& event, int64_t seq, const json& user) {
     if (data.contains("pid") && data["pid"].is_number_integer()) process["pid"] = data["pid"];
     actor["process"] = std::move(process);
   }
-  const json& who = data.contains("user") && data["user"].is_object()     ? data["user"]
+  // The daemon's attribution (SO_PEERCRED) first: the client's own claim cannot override it.
+  json attributed = nullptr;
+  if (event.is_object() && event.contains("soyaosuid") && event["soyaosuid"].is_number_integer()) {
+    attributed = {{"uid", event["soyaosuid"]}, {"name", str(event, "soyaosuser")}};
+  }
+  const json& who = attributed.is_object()                                ? attributed
+                    : data.contains("user") && data["user"].is_object()   ? data["user"]
                     : data.contains("actor") && data["actor"].is_object() ? data["actor"]
                                                                           : user;
   if (who.is_object()) {

@@ -388,8 +388,20 @@ TEST_F(RunMoonAudit, TailFollowsARunAsItsEventsAreStored) {
   Background tail({"scope", "tail", "-f", "-n", "0", "--type", "capability_violation,run_finished"}, env(),
                   dir_.path());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_EQ(run({"read", "/etc/tail-me"}).exit_code, 3);
-  EXPECT_TRUE(tail.wait_for("/etc/tail-me", 10000)) << tail.so_far().out;
+  {
+    // A live run: its violation shows while the agent still sleeps (events are stored as
+    // they happen, E4), long before its run_finished.
+    const auto start = std::chrono::steady_clock::now();
+    Background live({"run", pack_.string(), "--out", (dir_.path() / "live").string(), "--", "steps",
+                     "read:/etc/tail-me", "sleep:30"},
+                    env(), dir_.path());
+    EXPECT_TRUE(tail.wait_for("/etc/tail-me", 20000)) << tail.so_far().out;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25)) << "seen while the run was live";
+    EXPECT_EQ(tail.so_far().out.find("run_finished"), std::string::npos) << tail.so_far().out;
+    live.signal(SIGTERM);
+    auto ended = live.finish(30000);
+    EXPECT_EQ(ended.exit_code, 3) << "a violation decides the exit status: " << ended.err;
+  }
   EXPECT_TRUE(tail.wait_for("run_finished", 10000)) << tail.so_far().out;
   tail.signal(SIGTERM);
   auto out = tail.finish(5000);
