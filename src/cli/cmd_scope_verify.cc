@@ -76,7 +76,12 @@ Result<std::string> audit_record_lines(const fs::path& home, const std::optional
 
 bool print_findings(const std::vector<std::string>& findings, const std::string& verified) {
   std::string out;
-  for (size_t i = 0; i < findings.size() && i < kMaxLines; ++i) out += findings[i] + "\n";
+  for (size_t i = 0; i < findings.size() && i < kMaxLines; ++i) {
+    std::string line = findings[i];  // one problem, one line, whatever its text holds
+    for (char& c : line)
+      if (c == '\n' || c == '\r') c = ' ';
+    out += line + "\n";
+  }
   if (findings.size() > kMaxLines) out += "... " + std::to_string(findings.size() - kMaxLines) + " more\n";
   if (findings.empty()) {
     out += "ok\n";

@@ -138,6 +138,9 @@ std::string quick_check(sqlite3* db) {
   Stmt s(raw);
   std::string out;
   while (s.step() == SQLITE_ROW) out += (out.empty() ? "" : "; ") + s.text(0);
+  // One row can span lines ("*** in database main ***\nPage 11: ..."); a problem is one line.
+  for (char& c : out)
+    if (c == '\n' || c == '\r') c = ' ';
   return out;
 }
 
