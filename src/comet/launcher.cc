@@ -1,5 +1,7 @@
 #include "comet/launcher.h"
 
+#include "common/clone_gate.h"
+
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <sched.h>
@@ -374,15 +376,23 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
                CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper. The
-  // supervisor is single-threaded here, so the child's copy of memory is consistent.
+  // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper, so no
+  // atfork handler runs. The other threads (the Moon's recorder) are held off by the clone
+  // gate, so the child's copy of memory is consistent.
   // Changing the effective uid makes the whole process non-dumpable; give that back after.
   const int dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
   if (as_root) {
     if (auto s = enter_run_ids(host_uid, host_gid); !s) return make_error("user namespace: " + s.error().message, s.error().err);
   }
-  long pid = ::syscall(SYS_clone3, &args, sizeof args);
-  const int clone_errno = errno;
+  long pid = 0;
+  int clone_errno = 0;
+  {
+    // No other thread may hold malloc's or stdio's locks while we copy the process.
+    std::unique_lock gate(clone_gate());
+    pid = ::syscall(SYS_clone3, &args, sizeof args);
+    clone_errno = errno;
+    if (pid == 0) gate.release();  // the child's copy: never unlocked there, never used again
+  }
   if (pid != 0 && as_root) {  // the parent only: the child keeps the run's ids
     leave_run_ids();
     if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);

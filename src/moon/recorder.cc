@@ -1,5 +1,7 @@
 #include "moon/recorder.h"
 
+#include "common/clone_gate.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -132,11 +134,15 @@ Status RunRecorder::store(std::deque<json>& batch) {
 }
 
 void RunRecorder::loop() {
+  // Held while this thread works, released while it waits (common/clone_gate.h): a Comet
+  // may be cloned from the emitting thread at any time.
+  std::shared_lock gate(clone_gate());
   auto backoff = std::chrono::milliseconds(20);
   for (;;) {
     std::deque<json> batch;
     {
       std::unique_lock lock(mu_);
+      gate.unlock();
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty() || flag_pending_.has_value(); });
       if (stop_) return;
       // Group commit: more events join this batch for up to kBatchInterval.
@@ -144,6 +150,9 @@ void RunRecorder::loop() {
         work_cv_.wait_for(lock, kBatchInterval, [&] { return stop_ || urgent_ || queue_.size() >= kBatchMax; });
         if (stop_) return;
       }
+      lock.unlock();  // gate before mu_, as everywhere: never wait for the gate holding mu_
+      gate.lock();
+      lock.lock();
       urgent_ = false;
       batch.swap(queue_);
     }
@@ -166,9 +175,12 @@ void RunRecorder::loop() {
     }
     done_cv_.notify_all();
     if (failed) {
+      gate.unlock();
       std::unique_lock lock(mu_);
       work_cv_.wait_for(lock, backoff, [&] { return stop_; });
       if (stop_ || fatal_) return;
+      lock.unlock();
+      gate.lock();
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     } else {
       backoff = std::chrono::milliseconds(20);
