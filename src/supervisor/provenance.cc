@@ -101,14 +101,17 @@ Result<json> inputs_record(const std::vector<policy::InputSpec>& inputs) {
   auto targets = policy::input_targets(inputs);
   if (!targets) return targets.error();
   for (size_t i = 0; i < inputs.size(); ++i) {
+    // An input the digest cannot describe (e.g. a symlink out of it, which the Comet shows
+    // as absent) still runs: the record says why it has no digest instead of refusing.
     auto digest = input_digest(inputs[i].path);
-    if (!digest) return digest.error();
     std::error_code ec;
     const fs::path host = fs::absolute(inputs[i].path, ec);
-    out.push_back({{"name", inputs[i].name.empty() ? json(nullptr) : json(inputs[i].name)},
-                   {"path", valid_utf8((*targets)[i])},
-                   {"host_path", valid_utf8((ec ? inputs[i].path : host).string())},
-                   {"digest", *digest}});
+    json entry = {{"name", inputs[i].name.empty() ? json(nullptr) : json(inputs[i].name)},
+                  {"path", valid_utf8((*targets)[i])},
+                  {"host_path", valid_utf8((ec ? inputs[i].path : host).string())},
+                  {"digest", digest ? json(*digest) : json(nullptr)}};
+    if (!digest) entry["digest_error"] = valid_utf8(digest.error().describe());
+    out.push_back(std::move(entry));
   }
   return out;
 }
