@@ -100,6 +100,18 @@ void answer_bad_gateway(ByteStream& agent, const std::string& why) {
     }
   }
   (void)agent.shutdown_write();
+  // Read what the agent still sends (its request) until it closes or for up to a second:
+  // closing with unread input makes the kernel reset the connection, and the reset can
+  // destroy the 502 before the agent reads it (seen under load as an EOF in the handshake).
+  uint8_t sink[4096];
+  const int64_t drain_until = mono_ms() + 1000;
+  while (mono_ms() < drain_until) {
+    auto r = agent.read(std::span(sink, sizeof sink));
+    if (r.status == IoStatus::ok) continue;
+    if (r.status != IoStatus::would_block) break;
+    struct pollfd p{agent.fd(), agent.wanted_events(), 0};
+    (void)::poll(&p, 1, 100);
+  }
 }
 
 }  // namespace
