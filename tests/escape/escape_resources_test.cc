@@ -63,18 +63,19 @@ TEST_F(EscapeTest, OutputFloodFinishesWithBoundedSupervisorMemory) {
   EXPECT_EQ(run.output.exit_code, 0) << run.output.err.substr(0, 2000);
   EXPECT_CASE(run, "group.end", "ok");
   EXPECT_GE(run.output.out.size(), 64u << 20);  // passed through, not dropped
+  EXPECT_GT(hwm, 0) << "the supervisor process was never sampled";
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer the peak is the allocator's quarantine (up to 256 MiB of freed
+  // relay buffers kept poisoned) plus shadow memory, not what soyaos holds, and it varies
+  // from machine to machine (172 MiB here; CI failed a fixed 224 MiB bound). The sanitized
+  // pass checks the relay for memory errors and the run's outcome; the bound is asserted on
+  // the normal build (scripts/test.sh), where it measures soyaos.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
+#else
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   // The supervisor relays 72 MiB; it must not have buffered it.
-  EXPECT_GT(hwm, 0) << "the supervisor process was never sampled";
-  // Under AddressSanitizer the allocator's quarantine and shadow memory alone exceed the
-  // bound (measured up to 172 MiB); buffering 72 MiB would still show as more than 72 MiB
-  // above the 40 MiB the normal build is held to.
-#if defined(__SANITIZE_ADDRESS__)
-  constexpr long kBoundKib = 224 * 1024;
-#else
-  constexpr long kBoundKib = 40 * 1024;
+  EXPECT_LT(hwm, 40 * 1024) << "soyaos peaked at " << hwm << " KiB while relaying the agent's output";
 #endif
-  EXPECT_LT(hwm, kBoundKib) << "soyaos peaked at " << hwm << " KiB while relaying the agent's output";
   RecordProperty("soyaos_vmhwm_kib", std::to_string(hwm));
 }
 
