@@ -12,6 +12,7 @@
 #include "cli/run_cache.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
+#include "common/phase_trace.h"
 #include "common/text.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
@@ -156,6 +157,7 @@ bool pack_collects_out(const fs::path& pack_dir) {
 }
 
 void run(const RunArgs& a, CliContext& ctx) {
+  trace_phase("cli_parsed");  // bench/startup.sh names every phase of the command
   // C9: before any thread exists (the Moon client, the egress and DNS threads), so that a
   // SIGINT/SIGTERM/SIGHUP reaches only the supervisor, which stops the agent gracefully and
   // still records the run; and a reader that goes away (`| head`) is an EPIPE to drain
@@ -176,6 +178,7 @@ void run(const RunArgs& a, CliContext& ctx) {
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }
+  trace_phase("operator_config");
   std::error_code ec;
   if (std::filesystem::is_directory(a.pack, ec)) {
     req.pack_dir = a.pack;
@@ -227,6 +230,7 @@ void run(const RunArgs& a, CliContext& ctx) {
     req.secrets = std::move(resolved.secrets);
   }
   req.options.mounts = a.mounts;
+  trace_phase("usage_checks");
   req.options.extra_args = a.args;
   for (const auto& e : a.events) {
     if (e == "-") {
@@ -241,11 +245,13 @@ void run(const RunArgs& a, CliContext& ctx) {
   auto cache = RunCache::prepare(*home, req, a.no_cache);
   if (auto replayed = cache.replay(req)) {
     ctx.exit_code = *replayed;
+    trace_phase("replayed");
     // C9: interrupted while replaying (the replay itself is complete and recorded).
     if (int sig = supervisor::take_pending_stop_signal(); sig != 0) ctx.exit_code = 128 + sig;
     return;
   }
   cache.arm(req);
+  trace_phase("cache_lookup");
   // ---- end result cache ----
   // After the cache: a replay needs none of the registry (hooks are for a real run).
   auto hooks = moon_run_hooks(*home);
@@ -255,8 +261,10 @@ void run(const RunArgs& a, CliContext& ctx) {
     return;
   }
   req.hooks = std::move(hooks.value());
+  trace_phase("moon_open");
   auto report = supervisor::run_pack(req);
   cache.store(report);  // result cache: after the run's events are stored
+  trace_phase("cache_store");
   if (!report.error.empty()) {
     std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(report.error).c_str());
   }
@@ -276,6 +284,7 @@ void run(const RunArgs& a, CliContext& ctx) {
                  Error{report.outcome.exec_errno, "execve"}.describe().c_str());
   }
   print_summary(report);
+  trace_phase("reported");
   ctx.exit_code = report.exit_code;
   // C9: a signal after the run's record was complete still ends soyaos with 128+N.
   if (int sig = supervisor::take_pending_stop_signal(); sig != 0 && report.outcome.stop_signal == 0) {

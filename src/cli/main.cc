@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "common/phase_trace.h"
 
 #ifndef SOYAOS_VERSION
 #define SOYAOS_VERSION "0.0.0"
@@ -129,6 +130,7 @@ int run_cli(int argc, char** argv) {
 
 // Nothing may escape main as an exception: the CLI's last line of defence.
 int main(int argc, char** argv) {
+  soyaos::trace_phase("main");  // bench/startup.sh: exec -> here is loading and static init
   try {
     return run_cli(argc, argv);
   } catch (...) {

@@ -15,6 +15,7 @@
 #include "comet/launcher.h"
 #include "comet/seccomp_filter.h"
 #include "common/digest.h"
+#include "common/phase_trace.h"
 #include "common/text.h"
 #include "manifest/manifest.h"
 #include "supervisor/egress_plan.h"
@@ -149,6 +150,7 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
   const auto& m = *loaded.manifest;
+  trace_phase("manifest");
   // C11: exactly the declared secrets, each with a value (the CLI resolves them and refuses
   // a missing one; this keeps every other caller honest).
   for (const auto& d : m.secrets) {
@@ -178,6 +180,7 @@ RunReport run_pack(const RunRequest& request) {
     report.error = "digest of the pack: " + digest.error().describe();
     return report;
   }
+  trace_phase("pack_digest");
   policy::RunOptions options = request.options;
   options.run_id = report.run_id;
   options.digest = *digest;
@@ -213,6 +216,7 @@ RunReport run_pack(const RunRequest& request) {
     report.error = "manifest: " + manifest_text.error().describe();
     return report;
   }
+  trace_phase("policy");
   // Every run gets the network layer, also with `egress: []`: then every attempt is
   // refused by the netns and reported, instead of failing unseen with ENETUNREACH.
   auto egress = EgressPlan::build(*policy, request.network, request.network.proxy_allow);
@@ -235,6 +239,7 @@ RunReport run_pack(const RunRequest& request) {
     report.error = "cgroup: " + cgroups.error().describe();
     return report;
   }
+  trace_phase("plan");
 
   scope::EventSink sink;
   for (const auto& f : request.event_files) {
@@ -315,6 +320,7 @@ RunReport run_pack(const RunRequest& request) {
                        {"limit_mechanisms", limit_mechanisms(*cgroups)},
                        {"rlimit_only", cgroups->rlimit_only()},
                        {"path_observation", observe_paths}});
+  trace_phase("run_started_emitted");
   // The run's record is complete in the Moon: every event durable (E4). A failure fails the run.
   auto store_events = [&] {
     if (!request.hooks.finish) return;
@@ -334,6 +340,7 @@ RunReport run_pack(const RunRequest& request) {
       return report;
     }
   }
+  trace_phase("manifest_kept");
   if (request.hooks.before_launch) {
     if (auto s = request.hooks.before_launch(ctx, emit); !s) {
       report.error = "moon: " + s.error().describe();
@@ -343,6 +350,7 @@ RunReport run_pack(const RunRequest& request) {
       return report;
     }
   }
+  trace_phase("flag_check");
   // No agent runs without its run_started on disk: a run killed from here on is found
   // dead by the Moon (run_incomplete) instead of leaving no trace.
   if (request.hooks.wait_durable) {
@@ -356,6 +364,7 @@ RunReport run_pack(const RunRequest& request) {
     }
   }
 
+  trace_phase("run_started_durable");
   // Interrupted during setup: the agent is not started at all, the run is still recorded.
   if (int sig = take_pending_stop_signal(); sig != 0) {
     report.exit_code = 128 + sig;
@@ -377,6 +386,9 @@ RunReport run_pack(const RunRequest& request) {
     report.exit_code = kExitSetup;
     return report;
   }
+  trace_phase_at("clone3", launched->launch_ns);
+  for (int i = 0; i < comet::kStepCount; ++i) trace_phase_at(comet::kSetupStepNames[i], launched->step_ns[i]);
+  trace_phase("comet_ready");
   // Each layer's cost, from the child's timestamps (bench/startup.sh reads these).
   nlohmann::ordered_json setup_us = nlohmann::ordered_json::object();
   uint64_t prev = launched->launch_ns;
@@ -410,9 +422,12 @@ RunReport run_pack(const RunRequest& request) {
     report.exit_code = kExitSetup;
     return report;
   }
+  trace_phase("gateway_started");
   auto outcome = supervise(*launched, *policy, on_violation, &report.captured);
+  trace_phase("agent_exited");
   // The agent is gone: the last refusals are read, open connections closed (and logged).
   network.stop();
+  trace_phase("network_stopped");
   if (!outcome) {
     report.error = "supervisor: " + outcome.error().describe();
     emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
@@ -436,6 +451,7 @@ RunReport run_pack(const RunRequest& request) {
   if (int sig = take_pending_stop_signal(); sig != 0 && report.outcome.stop_signal == 0) {
     report.outcome.stop_signal = sig;
   }
+  trace_phase("collected");
   report.violation_count = violation_log.total();
   report.violation_aggregates = violation_log.aggregated();
   report.violations_dropped = violation_log.dropped();
@@ -490,10 +506,12 @@ RunReport run_pack(const RunRequest& request) {
     }
     finished["stop"] = std::move(stop);
   }
+  trace_phase("outputs_digested");
   emit("run_finished", std::move(finished));
   if (auto s = sink.flush(); !s && report.error.empty()) report.error = "events: " + s.error().describe();
   if (!report.error.empty() && report.exit_code == 0) report.exit_code = kExitSetup;
   store_events();
+  trace_phase("durable");
   return report;
 }
 
