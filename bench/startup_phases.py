@@ -14,6 +14,8 @@ and so is missing from wait4's rusage; otherwise the rusage (user + sys of the p
 the descendants it reaped: for soyaos the supervisor, its threads and the agent).
 Prints medians, ratios, and the median of every phase of the traced runs: wall ms and the
 supervisor's CPU ms (the CPU column is what the load barely moves: decide cuts on it).
+--before OLD_SOYAOS adds that binary, plain and traced, to the same rounds: before/after of
+a change measured side by side, phase by phase.
 """
 import argparse
 import os
@@ -107,6 +109,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--before", help="another soyaos binary (the one before a change), run in the same rounds")
     a = ap.parse_args()
     env = dict(os.environ)
     env.pop("SOYAOS_TRACE_PHASES", None)
@@ -114,6 +117,9 @@ def main():
     bwrap = [os.popen("command -v bwrap").read().strip() or "/usr/bin/bwrap"] + BWRAP[1:] + PY
     soy = [a.soyaos, "run", "--no-cache", a.pack, "--out", os.path.join(a.work, "out")]
     cmds = [("direct", PY, env), ("bwrap", bwrap, env), ("soyaos", soy, env), ("traced", soy, traced_env)]
+    if a.before:
+        old = [a.before] + soy[1:]
+        cmds += [("before", old, env), ("before traced", old, traced_env)]
     errf = os.path.join(a.work, "stderr.txt")
     METER = CpuMeter(a.work)
     try:
@@ -128,7 +134,7 @@ def report(a, cmds, errf):
             spawn(argv, e, errf)
     wall = {n: [] for n, _, _ in cmds}
     cpu = {n: [] for n, _, _ in cmds}
-    breakdown = []
+    breakdown = {"traced": [], "before traced": []}
     load0 = open("/proc/loadavg").read().split()[:3]
     for r in range(a.runs):
         k = r % len(cmds)  # rotate the order: no command always runs first after a pause
@@ -138,15 +144,16 @@ def report(a, cmds, errf):
                 sys.exit(f"{name} exited {rc}: {err[-2000:]}")
             wall[name].append(t1 - t0)
             cpu[name].append(c)
-            if name == "traced":
-                breakdown.append(phases(t0, t1, err))
+            if name in breakdown:
+                breakdown[name].append(phases(t0, t1, err))
     load1 = open("/proc/loadavg").read().split()[:3]
     ms = lambda ns: ns / 1e6
     med = {n: statistics.median(v) for n, v in wall.items()}
     print(f"== start-up, paired and interleaved ({a.runs} rounds), load average {' '.join(load0)} -> {' '.join(load1)}")
     print(f"  {'':34} {'wall median':>12} {'p25..p75':>16} {'CPU median':>11}   (CPU: {METER.source})")
     labels = {"direct": "direct python3 -c pass", "bwrap": "bwrap (comparable namespaces)",
-              "soyaos": "soyaos run --no-cache", "traced": "soyaos run, phases traced"}
+              "soyaos": "soyaos run --no-cache", "traced": "soyaos run, phases traced",
+              "before": "before: soyaos run --no-cache", "before traced": "before: phases traced"}
     for n, _, _ in cmds:
         q = statistics.quantiles(wall[n], n=4) if len(wall[n]) > 1 else [wall[n][0]] * 3
         print(f"  {labels[n]:34} {ms(med[n]):9.2f} ms {ms(q[0]):6.1f}..{ms(q[2]):<6.1f}ms {ms(statistics.median(cpu[n])):8.2f} ms")
@@ -154,25 +161,33 @@ def report(a, cmds, errf):
     print(f"  soyaos/bwrap = {med['soyaos'] / med['bwrap']:.2f}x (ratio of medians; median of per-round ratios "
           f"{statistics.median(pr):.2f}x)   soyaos/direct = {med['soyaos'] / med['direct']:.2f}x   "
           f"(target soyaos/bwrap <= 1.25x)")
+    if a.before:
+        print(f"  after/before: wall {med['soyaos'] / med['before']:.2f}x, CPU "
+              f"{statistics.median(cpu['soyaos']) / statistics.median(cpu['before']):.2f}x "
+              f"({ms(statistics.median(cpu['soyaos']) - statistics.median(cpu['before'])):+.2f} ms CPU per run)")
     print(f"  CPU: soyaos/bwrap = {statistics.median(cpu['soyaos']) / statistics.median(cpu['bwrap']):.2f}x   "
           f"soyaos - direct = {ms(statistics.median(cpu['soyaos']) - statistics.median(cpu['direct'])):.2f} ms per run")
 
     # Per phase: the median over the traced runs, in the order they happen.
-    order = [p[0] for p in breakdown[0]]
-    by = {n: ([], []) for n in order}
-    for run in breakdown:
-        for name, w, c in run:
-            if name in by:
+    def medians(runs):
+        by = {}
+        for run in runs:
+            for name, w, c in run:
+                by.setdefault(name, ([], []))
                 by[name][0].append(w)
                 if c is not None:
                     by[name][1].append(c)
-    comet = False
-    sums = {"outside": [0, 0], "layers": [0, 0], "agent": [0, 0]}
+        return {n: (statistics.median(w), statistics.median(c) if c else None) for n, (w, c) in by.items()}
+    after = medians(breakdown["traced"])
+    before = medians(breakdown["before traced"]) if a.before else {}
+    order = [p[0] for p in breakdown["traced"][0]]
+    order += [n for n in before if n not in order]
+    sums = {"outside": [0, 0, 0], "layers": [0, 0, 0], "agent": [0, 0, 0]}
     print("== phases of `soyaos run --no-cache` (median of the traced runs; each row is the time since the row before)")
-    print(f"  {'phase (ends at)':28} {'wall ms':>8} {'supervisor CPU ms':>18}  part")
+    extra = f" {'before: CPU ms':>15}" if a.before else ""
+    print(f"  {'phase (ends at)':28} {'wall ms':>8} {'supervisor CPU ms':>18}{extra}  part")
     for name in order:
-        w = statistics.median(by[name][0])
-        c = statistics.median(by[name][1]) if by[name][1] else None
+        w, c = after.get(name, (0, None))
         # The Comet's layers: from clone3 to comet_ready; the agent: from the gateway's start
         # (the agent is released into execve) to its exit. Everything else is outside the Comet.
         if name in ("namespaces", "mounts", "network", "session", "rlimits", "credentials", "landlock",
@@ -185,10 +200,16 @@ def report(a, cmds, errf):
         sums[part][0] += w
         sums[part][1] += c or 0
         cs = f"{ms(c):8.2f}" if c is not None else "   (child)" if part == "layers" else "       -"
-        print(f"  {name:28} {ms(w):8.2f} {cs:>18}  {part}")
-    print(f"  {'sum: outside the Comet':28} {ms(sums['outside'][0]):8.2f} {ms(sums['outside'][1]):18.2f}")
-    print(f"  {'sum: layers (clone3..ready)':28} {ms(sums['layers'][0]):8.2f} {ms(sums['layers'][1]):18.2f}")
-    print(f"  {'sum: agent (exec..exit)':28} {ms(sums['agent'][0]):8.2f} {ms(sums['agent'][1]):18.2f}")
+        b = ""
+        if a.before:
+            bc = before.get(name, (0, None))[1]
+            sums[part][2] += bc or 0
+            b = f" {ms(bc):15.2f}" if bc is not None else f" {'-':>15}"
+        print(f"  {name:28} {ms(w):8.2f} {cs:>18}{b}  {part}")
+    for part, label in (("outside", "sum: outside the Comet"), ("layers", "sum: layers (clone3..ready)"),
+                        ("agent", "sum: agent (exec..exit)")):
+        b = f" {ms(sums[part][2]):15.2f}" if a.before else ""
+        print(f"  {label:28} {ms(sums[part][0]):8.2f} {ms(sums[part][1]):18.2f}{b}")
     print(f"  (direct python3 for comparison: {ms(med['direct']):.2f} ms wall; the issue's target for "
           f"the work outside the Comet: <= 3 ms)")
 
