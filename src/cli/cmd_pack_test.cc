@@ -3,11 +3,27 @@
 // declared capabilities no example exercised (the run-time twin of lint's static check).
 // Exit 0 all examples pass, 1 any failure (or no examples, or an invalid manifest, or with
 // --strict a capability not exercised), 2 usage error, 125 a Comet could not start.
+//
+// Examples are independent: up to --jobs of them (default: the CPUs this process may use)
+// run at once, each in a worker process of its own (fork() while this process has no
+// thread), and the results are printed in example order as soon as every earlier one is in.
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -22,6 +38,7 @@
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
 #include "common/text.h"
+#include "common/unique_fd.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
 #include "policy/operator_network.h"
@@ -41,6 +58,7 @@ struct TestArgs {
   bool strict = false;
   std::string format = "text";
   std::vector<std::string> secrets;  // --secret
+  unsigned jobs = 0;                  // --jobs; 0: the CPUs this process may use
 };
 
 struct ExampleResult {
@@ -243,6 +261,241 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
 
 bool print(const std::string& s) { return std::fwrite(s.data(), 1, s.size(), stdout) == s.size() && std::fflush(stdout) == 0; }
 
+// What the capabilities' exercise checks collect, one flag per declared entry.
+struct Hits {
+  std::vector<bool> read, write, egress;
+  void merge(const Hits& o) {
+    for (size_t i = 0; i < read.size() && i < o.read.size(); ++i) read[i] = read[i] || o.read[i];
+    for (size_t i = 0; i < write.size() && i < o.write.size(); ++i) write[i] = write[i] || o.write[i];
+    for (size_t i = 0; i < egress.size() && i < o.egress.size(); ++i) egress[i] = egress[i] || o.egress[i];
+  }
+};
+
+Hits no_hits(const manifest::Manifest& m) {
+  return {std::vector<bool>(m.capabilities.fs_read.size()), std::vector<bool>(m.capabilities.fs_write.size()),
+          std::vector<bool>(m.capabilities.egress.size())};
+}
+
+// The CPUs this process may run on (its affinity mask), at least 1.
+unsigned cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return static_cast<unsigned>(std::max(1, CPU_COUNT(&set)));
+}
+
+// fork() copies only the calling thread: safe while it is the only one (no lock can be
+// held by a thread that does not exist in the child).
+bool single_threaded() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return false;
+  char line[256];
+  long threads = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "Threads:", 8) == 0) {
+      threads = std::strtol(line + 8, nullptr, 10);
+      break;
+    }
+  }
+  (void)std::fclose(f);
+  return threads == 1;
+}
+
+nlohmann::json result_json(const ExampleResult& r, const Hits& h) {
+  return {{"name", r.name},         {"passed", r.passed},   {"not_started", r.not_started}, {"ms", r.ms},
+          {"exit_code", r.exit_code}, {"reason", r.reason}, {"run_id", r.run_id},
+          {"stderr_tail", r.stderr_tail}, {"stop_signal", r.stop_signal},
+          {"read", h.read}, {"write", h.write}, {"egress", h.egress}};
+}
+
+// A worker's answer; nullopt when it is not one (the worker died before writing it).
+std::optional<std::pair<ExampleResult, Hits>> parse_result(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  try {
+    ExampleResult r;
+    r.name = j.at("name").get<std::string>();
+    r.passed = j.at("passed").get<bool>();
+    r.not_started = j.at("not_started").get<bool>();
+    r.ms = j.at("ms").get<long long>();
+    r.exit_code = j.at("exit_code").get<int>();
+    r.reason = j.at("reason").get<std::string>();
+    r.run_id = j.at("run_id").get<std::string>();
+    r.stderr_tail = j.at("stderr_tail").get<std::string>();
+    r.stop_signal = j.at("stop_signal").get<int>();
+    Hits h{j.at("read").get<std::vector<bool>>(), j.at("write").get<std::vector<bool>>(),
+           j.at("egress").get<std::vector<bool>>()};
+    return std::make_pair(std::move(r), std::move(h));
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool write_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = ::write(fd, data.data() + off, data.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// What one example needs, in the parent and in a worker alike.
+struct TestPlan {
+  const TestArgs& args;
+  fs::path home;
+  fs::path pack_dir;
+  const manifest::Manifest& m;
+  policy::OperatorNetwork network;
+  std::string config_digest;
+};
+
+// A worker process: runs example `index` with Moon connections of its own (a SQLite
+// connection must not cross fork()) and secrets resolved again (the parent's values are
+// MADV_WIPEONFORK pages: zeros here), writes its result as one JSON document, exits.
+[[noreturn]] void example_worker(const TestPlan& plan, size_t index, int result_fd, pid_t parent) {
+  // Its own process group: a terminal's ^C reaches the parent only, which forwards it once
+  // to each worker (a second copy would escalate the agent's graceful stop to SIGKILL, C9).
+  // Writing to the terminal from a background group must not stop it (stty tostop).
+  (void)::setpgid(0, 0);
+  (void)::signal(SIGTTOU, SIG_IGN);
+  // The parent gone (killed), the example stops as if interrupted: SIGTERM, blocked, is
+  // read by the supervisor like any stop signal.
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) != 0 || ::getppid() != parent) (void)::kill(::getpid(), SIGTERM);
+  std::string out;
+  {
+    const manifest::Example& ex = plan.m.examples[index];
+    Hits hits = no_hits(plan.m);
+    ExampleResult r;
+    r.name = ex.name;
+    auto secrets = resolve_secrets(plan.m, plan.args.secrets, plan.home);
+    auto hooks = moon_run_hooks(plan.home);
+    if (secrets.exit_code != 0) {
+      r.not_started = true;
+      r.exit_code = secrets.exit_code;
+      r.reason = secrets.error;
+    } else if (!hooks) {
+      r.not_started = true;
+      r.exit_code = supervisor::kExitSetup;
+      r.reason = "moon: " + hooks.error().describe();
+    } else {
+      r = run_example(plan.m, ex, plan.pack_dir, *hooks, plan.network, secrets.secrets, plan.config_digest, hits.read,
+                      hits.write, hits.egress);
+    }
+    out = result_json(r, hits).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  ::_exit(write_all(result_fd, out) ? 0 : 1);  // no atexit handler, no stdio buffer of the parent's
+}
+
+// Runs the examples `jobs` at a time in worker processes; `report(i, result, hits)` is
+// called in example order, each as soon as it and every earlier one are done. Returns the
+// stop signal that interrupted the test (forwarded to every running worker; no new
+// example starts), or 0.
+int run_in_workers(const TestPlan& plan, unsigned jobs,
+                   const std::function<bool(ExampleResult&, const Hits&)>& report, bool& output_failed) {
+  const size_t n = plan.m.examples.size();
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, sig);
+  UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  struct Running {
+    pid_t pid;
+    size_t index;
+    UniqueFd fd;
+    std::string data;
+  };
+  std::vector<Running> running;
+  std::vector<std::optional<std::pair<ExampleResult, Hits>>> done(n);
+  size_t next = 0, reported = 0;
+  int interrupted = 0;
+  const pid_t self = ::getpid();
+  while (reported < n) {
+    while (interrupted == 0 && running.size() < jobs && next < n) {
+      int p[2];
+      if (::pipe2(p, O_CLOEXEC) != 0) break;  // retried when a worker ends (none running: below)
+      (void)std::fflush(stdout);
+      (void)std::fflush(stderr);
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(p[0]);
+        example_worker(plan, next, p[1], self);
+      }
+      ::close(p[1]);
+      if (pid < 0) {
+        ::close(p[0]);
+        break;
+      }
+      running.push_back({pid, next++, UniqueFd(p[0]), {}});
+    }
+    if (running.empty()) {
+      // Nothing can start (fork or pipe failed) or nothing is left: what did not run is a
+      // Comet that could not start.
+      if (next < n && interrupted == 0) {
+        ExampleResult r;
+        r.name = plan.m.examples[next].name;
+        r.not_started = true;
+        r.exit_code = supervisor::kExitSetup;
+        r.reason = "cannot start a worker process: " + std::string(std::strerror(errno));
+        done[next++] = std::make_pair(std::move(r), no_hits(plan.m));
+      } else {
+        break;
+      }
+    } else {
+      std::vector<struct pollfd> fds;
+      for (const auto& w : running) fds.push_back({w.fd.get(), POLLIN, 0});
+      if (signals) fds.push_back({signals.get(), POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) break;
+      if (signals && (fds.back().revents & POLLIN) != 0) {
+        struct signalfd_siginfo si {};
+        while (::read(signals.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+          if (interrupted == 0) interrupted = static_cast<int>(si.ssi_signo);
+          // Each stop signal goes to every running example once (a second one escalates, C9).
+          for (const auto& w : running) (void)::kill(w.pid, static_cast<int>(si.ssi_signo));
+        }
+      }
+      for (size_t k = running.size(); k-- > 0;) {
+        if (fds[k].revents == 0) continue;
+        char buf[65536];
+        ssize_t got = ::read(running[k].fd.get(), buf, sizeof buf);
+        if (got < 0 && errno == EINTR) continue;
+        if (got > 0) {
+          running[k].data.append(buf, static_cast<size_t>(got));
+          continue;
+        }
+        int status = 0;
+        while (::waitpid(running[k].pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        auto parsed = parse_result(running[k].data);
+        if (!parsed) {
+          ExampleResult r;
+          r.name = plan.m.examples[running[k].index].name;
+          r.not_started = true;
+          r.exit_code = supervisor::kExitSetup;
+          r.reason = "the example's worker process ended without a result (" +
+                     (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                          : "exit " + std::to_string(WEXITSTATUS(status))) + ")";
+          parsed = std::make_pair(std::move(r), no_hits(plan.m));
+        }
+        if (parsed->first.stop_signal != 0 && interrupted == 0) interrupted = parsed->first.stop_signal;
+        done[running[k].index] = std::move(parsed);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+    while (reported < n && done[reported]) {
+      if (!report(done[reported]->first, done[reported]->second)) output_failed = true;
+      ++reported;
+    }
+    if (interrupted != 0 && running.empty()) break;
+  }
+  // Interrupted: the examples that did finish, in order, past a gap of ones never started.
+  for (size_t i = reported; i < n; ++i) {
+    if (done[i] && !report(done[i]->first, done[i]->second)) output_failed = true;
+  }
+  return interrupted;
+}
+
 int run_test(const TestArgs& a, const CliContext& ctx) {
   // As `soyaos run` (C9): before any thread exists, stop signals go to the supervisor only
   // (the example's agent is stopped gracefully and its run recorded), and a closed stdout
@@ -300,46 +553,64 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   }
 
   const bool text = a.format == "text";
-  std::vector<bool> read_hit(m.capabilities.fs_read.size()), write_hit(m.capabilities.fs_write.size());
-  std::vector<bool> egress_hit(m.capabilities.egress.size());
+  Hits hits = no_hits(m);
   std::vector<ExampleResult> results;
   int passed = 0, failed = 0;
   bool not_started = false;
-  for (const auto& ex : m.examples) {
-    auto r = run_example(m, ex, pack_dir, *hooks, network, secrets.secrets, config_digest, read_hit, write_hit,
-                         egress_hit);
+  // One example's result, in example order.
+  auto report = [&](ExampleResult& r, const Hits& h) -> bool {
+    hits.merge(h);
     (r.passed ? passed : failed)++;
     not_started = not_started || r.not_started;
+    bool ok = true;
     if (text) {
       std::string line = std::string(r.passed ? "PASS" : "FAIL") + "  " + r.name + "  (" + std::to_string(r.ms) + " ms)";
       if (!r.passed) line += "  " + r.reason;
       line += "\n";
       if (!r.passed && !r.stderr_tail.empty()) line += r.stderr_tail;
-      if (!print(line)) return 1;
+      ok = print(line);
     } else if (!r.passed && !r.stderr_tail.empty()) {
       std::fprintf(stderr, "%s: stderr:\n%s", r.name.c_str(), r.stderr_tail.c_str());
     }
-    const int sig = r.stop_signal != 0 ? r.stop_signal : supervisor::take_pending_stop_signal();
     results.push_back(std::move(r));
-    if (sig != 0) {
-      // Interrupted: the example that was running is recorded; the rest are not started.
-      std::fprintf(stderr, "soyaos pack test: interrupted (signal %d); %zu of %zu examples not run\n", sig,
-                   m.examples.size() - results.size(), m.examples.size());
-      return 128 + sig;
+    return ok;
+  };
+  const auto jobs = static_cast<unsigned>(std::min<size_t>(a.jobs != 0 ? a.jobs : cpu_count(), m.examples.size()));
+  int sig = 0;
+  if (jobs > 1 && single_threaded()) {
+    // The workers open their own Moon connections: none of ours may cross fork().
+    *hooks = supervisor::RunHooks{};
+    TestPlan plan{a, *home, pack_dir, m, network, config_digest};
+    bool output_failed = false;
+    sig = run_in_workers(plan, jobs, report, output_failed);
+    if (output_failed) return 1;
+  } else {
+    for (const auto& ex : m.examples) {
+      Hits h = no_hits(m);
+      auto r = run_example(m, ex, pack_dir, *hooks, network, secrets.secrets, config_digest, h.read, h.write, h.egress);
+      sig = r.stop_signal != 0 ? r.stop_signal : supervisor::take_pending_stop_signal();
+      if (!report(r, h)) return 1;
+      if (sig != 0) break;
     }
+  }
+  if (sig != 0) {
+    // Interrupted: the examples that were running are recorded; the rest are not started.
+    std::fprintf(stderr, "soyaos pack test: interrupted (signal %d); %zu of %zu examples not run\n", sig,
+                 m.examples.size() - results.size(), m.examples.size());
+    return 128 + sig;
   }
 
   // Only meaningful when every example ran: a Comet that could not start exercised nothing.
   std::vector<std::string> not_exercised;
-  for (size_t i = 0; !not_started && i < read_hit.size(); ++i) {
-    if (!read_hit[i]) not_exercised.push_back(m.capabilities.fs_read[i].key_path + " " + m.capabilities.fs_read[i].path);
+  for (size_t i = 0; !not_started && i < hits.read.size(); ++i) {
+    if (!hits.read[i]) not_exercised.push_back(m.capabilities.fs_read[i].key_path + " " + m.capabilities.fs_read[i].path);
   }
-  for (size_t i = 0; !not_started && i < write_hit.size(); ++i) {
-    if (!write_hit[i]) not_exercised.push_back(m.capabilities.fs_write[i].key_path + " " + m.capabilities.fs_write[i].path);
+  for (size_t i = 0; !not_started && i < hits.write.size(); ++i) {
+    if (!hits.write[i]) not_exercised.push_back(m.capabilities.fs_write[i].key_path + " " + m.capabilities.fs_write[i].path);
   }
-  for (size_t i = 0; !not_started && i < egress_hit.size(); ++i) {
+  for (size_t i = 0; !not_started && i < hits.egress.size(); ++i) {
     const auto& e = m.capabilities.egress[i];
-    if (!egress_hit[i]) {
+    if (!hits.egress[i]) {
       not_exercised.push_back(e.key_path + " " + e.host + ":" + std::to_string(e.port) + "/" +
                               manifest::to_string(e.protocol));
     }
@@ -388,6 +659,10 @@ void register_pack_test(CLI::App& pack, CliContext& ctx) {
       ->allow_extra_args(false);
   cmd->add_option("--format", args->format, "Output format: text (default) or json")
       ->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--jobs", args->jobs,
+                  "How many examples run at once, each in its own Comet (default: the CPUs soyaos may use); "
+                  "results are printed in example order")
+      ->check(CLI::PositiveNumber);
   cmd->callback([args, &ctx] { ctx.exit_code = run_test(*args, ctx); });
 }
 

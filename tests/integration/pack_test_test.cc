@@ -5,6 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <sstream>
+#include <string>
+
 #include "harness.h"
 #include "net_servers.h"
 
@@ -30,6 +34,10 @@ elif mode == "inputs":
 elif mode == "exit":
     print("exiting with " + sys.argv[2], file=sys.stderr)
     sys.exit(int(sys.argv[2]))
+elif mode == "slow":
+    import time
+    time.sleep(float(sys.argv[2]))
+    print("slow summary")
 )";
 
 class PackTestTest : public ::testing::Test {
@@ -227,6 +235,68 @@ TEST_F(PackTestTest, NoExamplesAndUsageErrors) {
   EXPECT_NE(none.err.find("no examples: nothing was tested"), std::string::npos) << none.err;
   EXPECT_EQ(soyaos({"pack", "test", probe.string(), "--format", "xml"}).exit_code, 2);
   EXPECT_EQ(soyaos({"pack", "test", (dir_.path() / "absent").string()}).exit_code, 1);
+  EXPECT_EQ(soyaos({"pack", "test", probe.string(), "--jobs", "0"}).exit_code, 2);
+}
+
+// Independent examples run at once (--jobs, default the CPUs), each in its own Comet;
+// the output keeps example order and the exit status is that of a serial run.
+TEST_F(PackTestTest, ExamplesRunInParallelOutputInExampleOrder) {
+  const std::string pack = write_pack("pt-parallel", "", "",
+                                      "  - name: a-slow\n    args: [slow, '1.5']\n    expect: {stdout_contains: slow}\n"
+                                      "  - name: b-fails\n    args: [exit, '1']\n"
+                                      "  - name: c-ok\n    args: [ok]\n    expect: {outputs: [result.txt]}\n"
+                                      "  - name: d-violation\n    args: [escape]\n");
+  // When each example's run started and finished, from the Moon (RFC 3339, UTC, same width).
+  auto times = [&](const std::string& run_id) {
+    auto q = soyaos({"scope", "query", "--format", "json", "--limit", "0", "--run", run_id});
+    std::map<std::string, std::string> t;
+    std::istringstream lines(q.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] != '{') continue;
+      auto e = nlohmann::json::parse(line);
+      t[e["type"].get<std::string>()] = e["time"].get<std::string>();
+    }
+    return t;
+  };
+  auto r = soyaos({"pack", "test", pack, "--jobs", "4"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  const std::string& o = r.out;
+  const size_t a = o.find("PASS  a-slow  ("), b = o.find("FAIL  b-fails  ("), c = o.find("PASS  c-ok  ("),
+               d = o.find("FAIL  d-violation  (");
+  ASSERT_NE(a, std::string::npos) << o;
+  ASSERT_NE(b, std::string::npos) << o;
+  ASSERT_NE(c, std::string::npos) << o;
+  ASSERT_NE(d, std::string::npos) << o;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_LT(c, d);
+  EXPECT_NE(o.find("ms)  exit 1, expected 0\n    exiting with 1\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("ms)  capability violation: fs write /workdir/x\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("\n2 passed, 2 failed\n"), std::string::npos) << o;
+
+  // They ran at once: b-fails, later in the list, finished while a-slow (1.5 s) still ran.
+  auto j = soyaos({"pack", "test", pack, "--jobs", "4", "--format", "json"});
+  EXPECT_EQ(j.exit_code, 1) << j.err;
+  auto doc = nlohmann::json::parse(j.out);
+  ASSERT_EQ(doc["examples"].size(), 4u) << j.out;
+  EXPECT_EQ(doc["examples"][1]["name"], "b-fails");
+  EXPECT_EQ(doc["examples"][3]["exit_code"], 3);
+  auto ta = times(doc["examples"][0]["run_id"].get<std::string>());
+  auto tb = times(doc["examples"][1]["run_id"].get<std::string>());
+  ASSERT_TRUE(ta.count("run_finished") && tb.count("run_finished")) << j.out;
+  EXPECT_LT(tb["run_finished"], ta["run_finished"]);
+
+  // --jobs 1: one after the other, same result.
+  auto s = soyaos({"pack", "test", pack, "--jobs", "1", "--format", "json"});
+  EXPECT_EQ(s.exit_code, 1) << s.err;
+  auto serial = nlohmann::json::parse(s.out);
+  ASSERT_EQ(serial["examples"].size(), 4u) << s.out;
+  EXPECT_EQ(serial["passed"], 2);
+  EXPECT_EQ(serial["failed"], 2);
+  ta = times(serial["examples"][0]["run_id"].get<std::string>());
+  tb = times(serial["examples"][1]["run_id"].get<std::string>());
+  ASSERT_TRUE(ta.count("run_finished") && tb.count("run_started")) << s.out;
+  EXPECT_GT(tb["run_started"], ta["run_finished"]);
 }
 
 }  // namespace
