@@ -22,7 +22,7 @@ void EgressService::Impl::gateway_accept(const UniqueFd& listener) {
     }
     // The per-run cap (bounded memory and descriptors; closed ones of this epoll batch still
     // hold theirs): a bound, not a policy decision — counted for limit_exceeded.
-    if (conns.size() + dead_conns.size() >= budget.conn_cap) {
+    if (open_connections() >= budget.conn_cap) {
       reset_close(fd);
       ++refused_conns;
       continue;
@@ -142,6 +142,7 @@ void EgressService::Impl::head_ready(Conn* c) {
     }
     c->sni = sni.value_or("");
     if (intercept) {
+      if (exchange_cap_reached(c)) return;
       c->intercept = true;  // the handshake is ours (egress_intercept.cc): nothing to follow
     } else {
       c->tls_watch.emplace(sni);  // the second flight (a HelloRetryRequest's second hello) is checked too
@@ -168,6 +169,7 @@ void EgressService::Impl::head_ready(Conn* c) {
     // answers a refusal with a 403 the agent can read.
     if (icpt != nullptr && !plan.from_proxy_allow(first(Protocol::http)) &&
         icpt->intercepts(plan.entry(first(Protocol::http)), c->host)) {
+      if (exchange_cap_reached(c)) return;
       c->entry = first(Protocol::http);
       c->protocol = "http";
       c->intercept = true;

@@ -178,6 +178,13 @@ struct EgressService::Impl {
   FdBudget budget;
   UniqueFd spare;  // closed to accept (and reset) one connection at EMFILE/ENFILE, reopened
   uint64_t refused_conns = 0, refused_dns_tcp = 0;  // refused at the caps (limit_exceeded)
+  uint64_t refused_exchanges = 0;  // intercepted connections refused at max_exchanges
+  // Gateway and Moon proxy connections that hold descriptors now: those of the loop (closed
+  // ones of this epoll batch included) and the intercepted ones that exchange threads hold.
+  // An intercepted connection holds fewer than kFdsPerConn (the agent's socket, the upstream
+  // socket, and for a moment a file OpenSSL opens to look up a CA), so counting it as one
+  // relayed connection keeps the whole under budget.conn_cap's descriptors.
+  size_t open_connections();
   bool accept_paused = false;  // listeners out of the epoll set until the next timer tick
   Status plan_descriptors();
   // One accept4() on `listener`: a connection, or an invalid fd and *more = false when the
@@ -296,6 +303,8 @@ struct EgressService::Impl {
 
   // egress_intercept.cc: intercepted connections (C11)
   Status setup_exchanges();
+  // At max_exchanges: counts, resets and closes `c`, true.
+  bool exchange_cap_reached(Conn* c);
   void intercept_handoff(Conn* c);
   void exchange_main(ExchangeJob job);
   void reap_exchanges(bool all);

@@ -122,27 +122,24 @@ Status EgressService::Impl::setup_exchanges() {
   return {};
 }
 
-// The loop's side: the connection is decided and its upstream connected; a thread takes it.
-void EgressService::Impl::intercept_handoff(Conn* c) {
+// The cap bounds the supervisor's threads and memory, like the connection cap its descriptors:
+// a bound of the sandbox's resources, not the agent's violation, but never silent — the agent
+// sees a reset, and limit_exceeded (`intercepted_connections`) counts it after the run. Checked
+// when the gateway decides to intercept (before any upstream is contacted) and again at the
+// handoff (threads only end meanwhile, but decided connections may have queued up).
+bool EgressService::Impl::exchange_cap_reached(Conn* c) {
   {
     std::lock_guard lock(exchanges.mu);
-    if (exchanges.active >= limits.max_exchanges) {
-      // The cap bounds the supervisor's threads and memory; not the agent's violation, but
-      // never silent: the agent sees a reset, the events say why.
-      if (cb.event) {
-        Json d = base(*c);
-        d["address"] = policy::to_string(c->upstream_addr);
-        d["bytes_out"] = 0;
-        d["bytes_in"] = 0;
-        d["duration_ms"] = now_ms() - c->started;
-        d["reason"] = "intercepted connection cap";
-        d["error"] = std::to_string(limits.max_exchanges) + " intercepted connections already open";
-        cb.event("egress_closed", d);
-      }
-      close_conn(c, "intercepted connection cap", true);
-      return;
-    }
+    if (exchanges.active < limits.max_exchanges) return false;
   }
+  ++refused_exchanges;
+  close_conn(c, "intercepted connection cap", true);
+  return true;
+}
+
+// The loop's side: the connection is decided and its upstream connected; a thread takes it.
+void EgressService::Impl::intercept_handoff(Conn* c) {
+  if (exchange_cap_reached(c)) return;
   ExchangeJob job;
   job.id = c->id;
   job.agent = std::move(c->agent);

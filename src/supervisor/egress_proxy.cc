@@ -21,7 +21,7 @@ void EgressService::Impl::proxy_accept() {
       if (!more) return;
       continue;
     }
-    if (conns.size() + dead_conns.size() >= budget.conn_cap) {  // the gateway's cap, shared
+    if (open_connections() >= budget.conn_cap) {  // the gateway's cap, shared
       reset_close(fd);
       ++refused_conns;
       continue;

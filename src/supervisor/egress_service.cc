@@ -305,6 +305,12 @@ void EgressService::Impl::report_limits() {
   };
   one("connections", budget.conn_cap, refused_conns);
   one("dns_tcp_connections", budget.dns_tcp_cap, refused_dns_tcp);
+  one("intercepted_connections", std::min(limits.max_exchanges, budget.conn_cap), refused_exchanges);
+}
+
+size_t EgressService::Impl::open_connections() {
+  std::lock_guard lock(exchanges.mu);
+  return conns.size() + dead_conns.size() + exchanges.active;
 }
 
 void EgressService::Impl::submit(uint64_t id, const std::string& name) {

@@ -272,9 +272,12 @@ RunReport run_pack(const RunRequest& request) {
       }
     }
     if (type == "limit_exceeded" && data.contains("limit_connections")) {  // the egress gateway's caps
+      const std::string limit = data.value("limit", "");
       report.limits_exceeded.push_back(
           std::to_string(data.value("refused", uint64_t{0})) +
-          (data.value("limit", "") == "dns_tcp_connections" ? " DNS-over-TCP connection(s)" : " connection(s)") +
+          (limit == "dns_tcp_connections"       ? " DNS-over-TCP connection(s)"
+           : limit == "intercepted_connections" ? " intercepted connection(s)"
+                                                : " connection(s)") +
           " refused at the egress gateway's limit of " + std::to_string(data.value("limit_connections", uint64_t{0})) +
           " open at once (docs/network.md, Limits)");
     }

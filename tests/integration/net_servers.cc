@@ -239,6 +239,10 @@ void NetServer::serve(int fd) {
     case Kind::kHttp:
       serve_http(fd, got);
       break;
+    case Kind::kHttpKeepAlive:
+      set_timeouts(fd, 30'000);  // held connections stay quiet for seconds
+      serve_http_keep_alive(fd, got);
+      break;
     case Kind::kTls:
     case Kind::kHttps:
     case Kind::kTlsHrr:
@@ -285,6 +289,35 @@ void NetServer::serve_http(int fd, std::string& got) {
   // reset the connection).
   char buf[4096];
   while (::recv(fd, buf, sizeof buf, 0) > 0) {
+  }
+}
+
+void NetServer::serve_http_keep_alive(int fd, std::string& got) {
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    const auto end = pending.find("\r\n\r\n");
+    if (end == std::string::npos) {
+      if (pending.size() > 16384) return;
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      pending.append(buf, static_cast<size_t>(n));
+      if (got.size() < 65536) got.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    const std::string head = pending.substr(0, end + 4);
+    pending.erase(0, end + 4);
+    {
+      std::lock_guard lock(mu_);
+      record_.heads.push_back(head);
+    }
+    const bool close = lower(head).find("\r\nconnection: close") != std::string::npos;
+    const std::string body = "hello, kept alive";
+    const std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
+                                 std::to_string(body.size()) + (close ? "\r\nConnection: close" : "") +
+                                 "\r\n\r\n" + body;
+    if (!write_all(fd, response.data(), response.size()) || close) return;
   }
 }
 

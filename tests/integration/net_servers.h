@@ -36,7 +36,7 @@ struct ServerRecord {
 // The common part: a listening (or bound, for UDP) socket, a stop pipe, an accept loop.
 class NetServer {
  public:
-  enum class Kind { kTcpEcho, kTls, kTlsHrr, kHttp, kHttps, kUdpEcho, kSentinel };
+  enum class Kind { kTcpEcho, kTls, kTlsHrr, kHttp, kHttpKeepAlive, kHttps, kUdpEcho, kSentinel };
   struct Options {
     Kind kind = Kind::kTcpEcho;
     std::string address = "127.0.0.1";  // "127.0.0.1", "::1", "0.0.0.0", "::"
@@ -68,6 +68,7 @@ class NetServer {
   void serve(int fd);
   void serve_tcp_echo(int fd, std::string& got);
   void serve_http(int fd, std::string& got);
+  void serve_http_keep_alive(int fd, std::string& got);
   // One request head read with `read`, recorded, answered with `write` (plain or TLS).
   void serve_http_with(std::string& got, const std::function<ssize_t(char*, size_t)>& read,
                        const std::function<bool(const std::string&)>& write);
@@ -112,6 +113,15 @@ class TlsHrrServer : public NetServer {
 class HttpServer : public NetServer {
  public:
   explicit HttpServer(const std::string& address = "127.0.0.1") : NetServer({Kind::kHttp, address, 0}) {}
+};
+
+// HTTP/1.1 keep-alive: answers every request head on a connection (200, "hello from HOST",
+// Content-Length) and keeps the connection until the client closes it, so a client can hold
+// many connections open through the gateway (the intercepted-connection caps).
+class HttpKeepAliveServer : public NetServer {
+ public:
+  explicit HttpKeepAliveServer(const std::string& address = "127.0.0.1")
+      : NetServer({Kind::kHttpKeepAlive, address, 0}) {}
 };
 
 // HttpServer's exchange inside TLS (the TlsEchoServer's self-signed certificate, CN
