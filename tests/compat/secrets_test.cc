@@ -8,14 +8,21 @@
 // /proc/self/environ are printed and searched), the key is nowhere in $SOYAOS_HOME, the events,
 // stdout, stderr or --out; every refusal is a 403 the client sees, with its violation (EACCES)
 // and exit 3; a passthrough entry carries the agent's own TLS session. Root and nobody.
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "compat_env.h"
 #include "harness.h"
@@ -38,6 +45,88 @@ std::string random_key() {
     k += hex[c & 15];
   }
   return k;
+}
+
+// ---- the agent's memory (gap 3 of the secrets work): read whole, as root, while it waits ----
+
+std::string proc_file(pid_t pid, const char* name) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/" + name, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// The agent process whose argv holds `check` once it waits for SIGUSR2 (its handler is
+// installed: SigCgt in /proc/PID/status shows it); 0 after `timeout`.
+pid_t wait_for_waiting_agent(const std::string& check, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  constexpr unsigned long long kSigusr2 = 1ULL << (SIGUSR2 - 1);
+  while (std::chrono::steady_clock::now() < deadline) {
+    DIR* d = ::opendir("/proc");
+    while (d != nullptr) {
+      const dirent* e = ::readdir(d);
+      if (e == nullptr) break;
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0 || pid == ::getpid()) continue;
+      std::string argv = proc_file(pid, "cmdline");
+      std::replace(argv.begin(), argv.end(), '\0', ' ');
+      if (argv.find(" " + check) == std::string::npos || argv.find("soyaos") != std::string::npos) continue;
+      std::istringstream status(proc_file(pid, "status"));
+      unsigned long long caught = 0;
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("SigCgt:", 0) == 0) caught = std::stoull(line.substr(7), nullptr, 16);
+      }
+      if ((caught & kSigusr2) != 0) {
+        ::closedir(d);
+        return pid;
+      }
+    }
+    if (d != nullptr) ::closedir(d);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+struct MemoryScan {
+  size_t regions = 0, bytes = 0;
+  size_t key_hits = 0, placeholder_hits = 0;
+  std::string where;  // the first region holding the key
+};
+
+// Every readable mapping of `pid` through /proc/PID/mem (all its threads share it), searched
+// for `key` and `placeholder`, chunk by chunk with an overlap so nothing straddles unseen.
+MemoryScan scan_memory(pid_t pid, const std::string& key, const std::string& placeholder) {
+  MemoryScan scan;
+  const int mem = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  if (mem < 0) {
+    ADD_FAILURE() << "open /proc/" << pid << "/mem: " << std::strerror(errno);
+    return scan;
+  }
+  std::istringstream maps(proc_file(pid, "maps"));
+  const size_t overlap = std::max(key.size(), placeholder.size());
+  std::vector<char> buf(size_t{1} << 20);
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long long start = 0, end = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %4s", &start, &end, perms) != 3 || perms[0] != 'r') continue;
+    ++scan.regions;
+    std::string carry;
+    for (unsigned long long at = start; at < end;) {
+      const size_t want = static_cast<size_t>(std::min<unsigned long long>(buf.size(), end - at));
+      const ssize_t n = ::pread(mem, buf.data(), want, static_cast<off_t>(at));
+      if (n <= 0) break;  // [vvar] and guard pages do not read
+      scan.bytes += static_cast<size_t>(n);
+      std::string chunk = carry + std::string(buf.data(), static_cast<size_t>(n));
+      for (size_t p = chunk.find(key); p != std::string::npos; p = chunk.find(key, p + 1)) {
+        if (scan.key_hits++ == 0) scan.where = line;
+      }
+      for (size_t p = chunk.find(placeholder); p != std::string::npos; p = chunk.find(placeholder, p + 1)) {
+        ++scan.placeholder_hits;
+      }
+      carry = chunk.size() > overlap ? chunk.substr(chunk.size() - overlap + 1) : chunk;
+      at += static_cast<unsigned long long>(n);
+    }
+  }
+  ::close(mem);
+  return scan;
 }
 
 struct SecretsRun {
@@ -193,6 +282,35 @@ class SecretsGatewayTest : public ::testing::Test {
     ADD_FAILURE() << "no violation for " << resource << "\n" << r.context();
   }
 
+  // Runs `pack` with `args` (the last check is memscan_wait) on another thread; while the
+  // agent waits, reads its whole memory: the placeholder must be there (the scan sees what
+  // the agent holds), the key never. Then lets the agent finish.
+  SecretsRun run_and_scan_memory(const fs::path& pack, const std::vector<std::string>& args) {
+    SecretsRun r;
+    std::thread runner([&] { r = run(pack, args); });
+    const pid_t pid = wait_for_waiting_agent("memscan_wait", std::chrono::seconds(50));
+    if (pid == 0) {
+      ADD_FAILURE() << "the agent never reached memscan_wait";
+    } else {
+      std::string placeholder;
+      std::istringstream env(proc_file(pid, "environ"));
+      for (std::string var; std::getline(env, var, '\0');) {
+        if (var.rfind("OPENAI_API_KEY=", 0) == 0) placeholder = var.substr(15);
+      }
+      EXPECT_EQ(placeholder.rfind("soyaos-placeholder-", 0), 0U) << placeholder;
+      if (!placeholder.empty()) {
+        const MemoryScan scan = scan_memory(pid, *key_, placeholder);
+        EXPECT_EQ(scan.key_hits, 0U) << "the key is in the agent's memory: " << scan.where;
+        EXPECT_GT(scan.placeholder_hits, 0U) << "the scan did not see the placeholder the agent holds";
+        EXPECT_GT(scan.bytes, size_t{1} << 20) << scan.regions << " regions";
+        RecordProperty("agent_memory_scanned_bytes", std::to_string(scan.bytes));
+      }
+      ::kill(pid, SIGUSR2);
+    }
+    runner.join();
+    return r;
+  }
+
   static TempDir* shared_;
   static std::string* key_;
   static TestCa* ca_;
@@ -316,6 +434,70 @@ TEST_F(SecretsGatewayTest, AnUpstreamThatDoesNotVerifyIsA502NeverTheKey) {
   EXPECT_TRUE(closed) << r.context();
   EXPECT_NE(r.output.err.find("upstream unreachable: api.openai.com:443/https"), std::string::npos) << r.output.err;
   EXPECT_EQ(arrived(), before) << "a request reached an unverified upstream";
+  expect_key_nowhere(r);
+}
+
+// Chromium's ClientHello (issue #18), built byte for byte by packs/secrets-python/chromium_tls.py
+// and completed as a real TLS 1.3 session: on an intercepted entry ECH GREASE is accepted (the
+// gateway answers the TLS itself: nothing is hidden from it), the session is the run CA's and the
+// bound key goes in; on a passthrough entry the hello without ECH reaches the server untouched,
+// and with ECH GREASE it is refused — reset, ECONNRESET, a violation that names GREASE, exit 3.
+TEST_F(SecretsGatewayTest, ChromiumClientHellosOnInterceptedAndPassthroughEntries) {
+  auto args = python_args();
+  for (const char* c : {"chromium_intercepted", "chromium_passthrough", "deny_chromium_passthrough_ech"}) {
+    args.emplace_back(c);
+  }
+  auto r = run(copy_pack("secrets-python"), args);
+  expect_results(r, {"chromium_intercepted", "chromium_passthrough"}, "ok");
+  expect_results(r, {"deny_chromium_passthrough_ech"}, "refused");
+  EXPECT_EQ(r.output.exit_code, 3) << r.context();
+  const auto violations = r.of_type("capability_violation");
+  ASSERT_EQ(violations.size(), 1U) << r.context();
+  EXPECT_EQ(violations[0].value("resource", ""), "api.compat.test:443/https") << violations[0].dump();
+  EXPECT_EQ(violations[0].value("errno", ""), "ECONNRESET") << violations[0].dump();
+  EXPECT_NE(violations[0].value("detail", "").find("GREASE"), std::string::npos) << violations[0].dump();
+  // Every intercepted hello (Chrome 131, 117 and 100's) carried the real key upstream.
+  for (const char* label : {"chrome131", "chrome117", "chrome100"}) {
+    expect_key_arrived(std::string("/v1/models/chromium-") + label, "authorization", "Bearer " + *key_);
+  }
+  size_t passthrough = 0;
+  for (const auto& req : api_->requests()) {
+    const std::string path = req.value("path", "");
+    EXPECT_NE(path, "/hello/chromium-ech") << "a hello with ECH reached a passthrough server";
+    if (path.rfind("/hello/chromium-passthrough-", 0) != 0) continue;
+    ++passthrough;
+    EXPECT_EQ(req.value("sni", ""), "api.compat.test") << req.dump();
+  }
+  EXPECT_EQ(passthrough, 2U) << api_->describe();
+  expect_key_nowhere(r);
+}
+
+// The agent's memory never holds the key (C11): a Python agent that used both APIs through
+// the gateway with bound secrets (urllib, requests, httpx streaming) waits, and the test reads
+// every readable mapping of its process through /proc/PID/mem. Root only: reading another
+// user's process memory needs CAP_SYS_PTRACE (the rootless variant's agent runs as nobody and
+// is read by the root test process all the same).
+TEST_F(SecretsGatewayTest, ThePythonAgentsMemoryNeverHoldsTheKey) {
+  if (::geteuid() != 0) GTEST_SKIP() << "reading the agent's memory needs root";
+  auto args = python_args();
+  for (const char* c : {"urllib_openai", "requests_anthropic", "httpx_openai_stream", "memscan_wait"}) {
+    args.emplace_back(c);
+  }
+  auto r = run_and_scan_memory(copy_pack("secrets-python"), args);
+  expect_results(r, {"urllib_openai", "requests_anthropic", "httpx_openai_stream", "memscan_wait"}, "ok");
+  EXPECT_EQ(r.output.exit_code, 0) << r.context();
+  expect_key_arrived("/v1/messages", "x-api-key", *key_);
+  expect_key_nowhere(r);
+}
+
+TEST_F(SecretsGatewayTest, TheNodeAgentsMemoryNeverHoldsTheKey) {
+  if (::geteuid() != 0) GTEST_SKIP() << "reading the agent's memory needs root";
+  fs::path pack = node_pack();
+  ASSERT_FALSE(pack.empty());
+  const std::vector<std::string> checks = {"openai_chat", "openai_stream", "anthropic_message", "memscan_wait"};
+  auto r = run_and_scan_memory(pack, checks);
+  expect_results(r, checks, "ok");
+  EXPECT_EQ(r.output.exit_code, 0) << r.context();
   expect_key_nowhere(r);
 }
 

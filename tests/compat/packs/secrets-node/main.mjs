@@ -42,6 +42,15 @@ const allowed = {
     expect(text === 'Hello from mock anthropic', text);
     return text;
   },
+  // After the SDK calls: wait (SIGUSR2 caught, which the test sees in /proc/PID/status) while
+  // the test reads this process's whole memory for the key; the test's SIGUSR2 ends the wait.
+  async memscan_wait() {
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('the test never signalled')), 50000);
+      process.once('SIGUSR2', () => { clearTimeout(timer); resolve(); });
+    });
+    return 'scanned';
+  },
   async fetch_get() {
     const r = await fetch('https://api.anthropic.com/hello/fetch');
     const text = await r.text();

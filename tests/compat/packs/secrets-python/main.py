@@ -165,6 +165,76 @@ def check_plain_http_rules():
     return body
 
 
+def chromium_get(url, path, cafile, ech, pq=True, headers=""):
+    import chromium_tls
+    host = host_of(url)
+    raw = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n").encode()
+    info, data = chromium_tls.request(host, 443, cafile, raw, ech=ech, pq=pq)
+    status = data.split(b"\r\n", 1)[0]
+    expect(b" 200 " in status, f"{status!r} {data[:200]!r}")
+    return info, data.partition(b"\r\n\r\n")[2].decode()
+
+
+# Chromium's hellos: (label, post-quantum key share, ECH GREASE). Chrome 131 (X25519MLKEM768 and
+# ECH GREASE), Chrome 117-123 (ECH GREASE, X25519 alone) and Chrome 100 (neither: small enough
+# for BoringSSL's padding extension).
+CHROMIUM_HELLOS = {"chrome131": (True, True), "chrome117": (False, True), "chrome100": (False, False)}
+
+
+def check_chromium_intercepted():
+    # On an intercepted entry every hello passes, ECH GREASE included (issue #18): the session
+    # is the run CA's (trusted through SSL_CERT_FILE) and the bound key goes in.
+    out = []
+    for label, (pq, ech) in CHROMIUM_HELLOS.items():
+        path = "/v1/models/chromium-" + label
+        info, body = chromium_get(ARGS.openai, path, os.environ["SSL_CERT_FILE"], ech=ech, pq=pq,
+                                  headers="Authorization: Bearer " + os.environ["OPENAI_API_KEY"] + "\r\n")
+        expect("SoyaOS Comet run CA" in info["issuer"], info)
+        expect(body.endswith(path), body)
+        out.append(f"{label}: {info['hello_bytes']}-byte hello, {info['suite']}, alpn {info['alpn']}"
+                   f"{', padded' if info['padded'] else ''}")
+    expect(any(o.endswith("padded") for o in out), out)
+    return "; ".join(out)
+
+
+def check_chromium_passthrough():
+    # The hellos without ECH GREASE (Chromium with EncryptedClientHello disabled, or before it)
+    # on a passthrough entry: the agent's own session reaches the server, whose certificate it
+    # verifies.
+    out = []
+    for label in ("chrome131", "chrome100"):
+        pq = CHROMIUM_HELLOS[label][0]
+        path = "/hello/chromium-passthrough-" + label
+        info, body = chromium_get(ARGS.passthrough, path, "/workdir/ca/test-ca.pem", ech=False, pq=pq)
+        expect("SoyaOS" not in info["issuer"], info)
+        expect(body.endswith(path), body)
+        out.append(f"{label}: {info['hello_bytes']}-byte hello, issuer {info['issuer']}, alpn {info['alpn']}"
+                   f"{', padded' if info['padded'] else ''}")
+    return "; ".join(out)
+
+
+def check_deny_chromium_passthrough_ech():
+    # With ECH GREASE on a passthrough entry: refused (it cannot be told from real ECH there).
+    try:
+        chromium_get(ARGS.passthrough, "/hello/chromium-ech", "/workdir/ca/test-ca.pem", ech=True)
+    except (ConnectionResetError, EOFError) as e:
+        return f"reset: {type(e).__name__}"
+    raise AssertionError("a ClientHello with ECH reached a passthrough entry")
+
+
+def check_memscan_wait():
+    # After the API calls: wait (a SIGUSR2 handler, which the test sees in /proc/PID/status)
+    # while the test reads this process's whole memory for the key; its SIGUSR2 ends the wait.
+    import signal
+    got = []
+    signal.signal(signal.SIGUSR2, lambda *_: got.append(True))
+    deadline = time.monotonic() + 50
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    expect(got, "the test never signalled")
+    return "scanned"
+
+
 def check_upstream_unverified():
     # The gateway cannot verify the upstream (the operator did not list its CA): the agent
     # gets a 502 saying why, not a bare reset.
