@@ -96,52 +96,38 @@ IoResult TlsStream::fail(int rc, const char* what) {
   }
 }
 
-IoResult TlsStream::handshake() {
+template <typename Op>
+IoResult TlsStream::call(const char* what, Op op) {
   for (;;) {
     ERR_clear_error();
     errno = 0;
-    const int rc = SSL_do_handshake(ssl_);
-    if (rc == 1) return {IoStatus::ok, 0, 0};
+    size_t n = 0;
+    const int rc = op(&n);
+    if (rc == 1) return {IoStatus::ok, n, 0};
     if (SSL_get_error(ssl_, rc) == SSL_ERROR_WANT_READ && switch_to_socket()) continue;
-    return fail(rc, "TLS handshake");
+    return fail(rc, what);
   }
+}
+
+IoResult TlsStream::handshake() {
+  return call("TLS handshake", [this](size_t*) { return SSL_do_handshake(ssl_); });
 }
 
 IoResult TlsStream::read(std::span<uint8_t> buf) {
   if (buf.empty()) return {IoStatus::error, 0, EINVAL};
-  for (;;) {
-    ERR_clear_error();
-    errno = 0;
-    size_t n = 0;
-    const int rc = SSL_read_ex(ssl_, buf.data(), buf.size(), &n);
-    if (rc == 1) return {IoStatus::ok, n, 0};
-    if (SSL_get_error(ssl_, rc) == SSL_ERROR_WANT_READ && switch_to_socket()) continue;
-    return fail(rc, "TLS read");
-  }
+  return call("TLS read", [&](size_t* n) { return SSL_read_ex(ssl_, buf.data(), buf.size(), n); });
 }
 
 IoResult TlsStream::write(std::span<const uint8_t> buf) {
   if (buf.empty()) return {IoStatus::ok, 0, 0};
-  for (;;) {
-    ERR_clear_error();
-    errno = 0;
-    size_t n = 0;
-    const int rc = SSL_write_ex(ssl_, buf.data(), buf.size(), &n);
-    if (rc == 1) return {IoStatus::ok, n, 0};
-    if (SSL_get_error(ssl_, rc) == SSL_ERROR_WANT_READ && switch_to_socket()) continue;
-    return fail(rc, "TLS write");
-  }
+  return call("TLS write", [&](size_t* n) { return SSL_write_ex(ssl_, buf.data(), buf.size(), n); });
 }
 
 IoResult TlsStream::shutdown_write() {
   if (shut_) return {IoStatus::ok, 0, 0};
-  ERR_clear_error();
-  errno = 0;
-  const int rc = SSL_shutdown(ssl_);  // close_notify; 0 = sent, the peer's not yet seen
-  if (rc < 0) {
-    if (SSL_get_error(ssl_, rc) == SSL_ERROR_WANT_READ && switch_to_socket()) return shutdown_write();
-    return fail(rc, "TLS close_notify");
-  }
+  // SSL_shutdown: 0 = close_notify sent, the peer's not yet seen (fine: we only half-close).
+  auto r = call("TLS close_notify", [this](size_t*) { return SSL_shutdown(ssl_) >= 0 ? 1 : -1; });
+  if (r.status != IoStatus::ok) return r;
   shut_ = true;
   // Then FIN: the peer learns the end from either, and our read side stays open (TLS 1.3
   // half-close; an HTTP response may still come).

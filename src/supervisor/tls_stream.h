@@ -50,6 +50,11 @@ class TlsStream final : public ByteStream {
 
  private:
   TlsStream(UniqueFd fd, SSL* ssl) : fd_(std::move(fd)), ssl_(ssl) {}
+  // One OpenSSL I/O call, `op(&n)` returning its rc: ok with n bytes, or the failure mapped by
+  // fail(); a WANT_READ once the prefix BIO ran dry retries on the socket. handshake, read,
+  // write and close_notify all go through it (defined and instantiated in tls_stream.cc).
+  template <typename Op>
+  IoResult call(const char* what, Op op);
   // Maps an OpenSSL failure of `rc` to an IoResult (and wanted_).
   IoResult fail(int rc, const char* what);
   // The prefix BIO ran dry: the socket becomes the read BIO. True when it switched.
