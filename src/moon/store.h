@@ -25,7 +25,7 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 namespace chain {
 class MoonKey;
@@ -156,6 +156,10 @@ class Store {
   // object; `time`, `type` and data.{run_id,pack,version} are indexed when present.
   Status append_events(std::span<const nlohmann::ordered_json> events);
   Result<std::vector<StoredEvent>> query_events(const EventQuery& query);
+  // SQLite's EXPLAIN QUERY PLAN of the statement query_events runs for `query`, one detail
+  // a line ("SEARCH events USING INDEX events_digest (<expr>=? AND rowid>?)"): the indexes
+  // of schema 5 are shown to serve --user and --pack sha256: (moon_store_test).
+  Result<std::vector<std::string>> explain_query(const EventQuery& query);
 
   // ---- tamper evidence (E6, moon/chain.h; chain_verify.cc) ----
   // Verifies the hash chain, the checkpoints and the head file, and names every problem

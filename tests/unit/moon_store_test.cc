@@ -177,6 +177,43 @@ TEST(MoonStore, NewerSchemaIsRefused) {
   EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
 }
 
+// E7: `scope query --pack sha256:` and `--user` read their values out of the JSON; schema 5's
+// expression indexes serve them, so neither scans every event (docs/events.md, Queries).
+TEST(MoonStore, DigestAndUserQueriesUseTheirIndexes) {
+  TmpDir t;
+  auto store = Store::open(t.path());
+  ASSERT_TRUE(store) << store.error().describe();
+  json started = event("run_started", "R1", "alpha");
+  started["data"]["user"] = {{"uid", 1000}, {"name", "alice"}};
+  json unflagged = event("pack_unflagged", "", "alpha");
+  unflagged["data"]["actor"] = {{"uid", 1000}, {"user", "alice"}};
+  const std::vector<json> batch = {started, event("dns_query", "R1", "alpha"), unflagged, event("run_started", "R2", "beta")};
+  ASSERT_TRUE(store->append_events(batch));
+  auto plan_of = [&](const EventQuery& q) {
+    auto plan = store->explain_query(q);
+    EXPECT_TRUE(plan) << plan.error().describe();
+    std::string text;
+    for (const auto& line : plan ? *plan : std::vector<std::string>{}) text += line + "\n";
+    return text;
+  };
+  EventQuery q;
+  q.digest = "sha256:00";
+  const std::string by_digest = plan_of(q);
+  EXPECT_NE(by_digest.find("USING INDEX events_digest"), std::string::npos) << by_digest;
+  EXPECT_EQ(by_digest.find("SCAN events"), std::string::npos) << by_digest;
+  EXPECT_EQ(store->query_events(q)->size(), 4U);
+  q = {};
+  q.uid = 1000;
+  const std::string by_user = plan_of(q);
+  EXPECT_NE(by_user.find("USING INDEX events_run_uid"), std::string::npos) << by_user;
+  EXPECT_NE(by_user.find("USING INDEX events_actor_uid"), std::string::npos) << by_user;
+  EXPECT_EQ(by_user.find("SCAN events"), std::string::npos) << by_user;
+  auto mine = store->query_events(q);
+  ASSERT_TRUE(mine);
+  ASSERT_EQ(mine->size(), 3U) << "R1's two events and the unflag alice did";
+  EXPECT_EQ((*mine)[2].type, "pack_unflagged");
+}
+
 TEST(MoonStore, DefaultHome) {
   const char* keep = std::getenv("SOYAOS_HOME");
   std::string saved = keep != nullptr ? keep : "";
