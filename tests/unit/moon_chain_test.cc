@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -106,26 +108,75 @@ TEST(MoonChain, UntouchedStoreVerifiesAndFollowsTheDocumentedFormula) {
   EXPECT_EQ(all(verify(t.path(), "R2")), "");
 }
 
-TEST(MoonChain, EditedContentIsNamed) {
+// ---- each way of tampering by SQL, and what the verification must name ----
+
+struct Finding {
+  std::string a, b;  // one problem line holds both
+};
+struct TamperCase {
+  const char* name;
+  std::string sql;                       // run on a filled store (seq 1..12, runs R1..R3)
+  std::vector<Finding> named;            // in the whole store's verification
+  std::optional<size_t> exactly;         // that many problems, when it matters
+  std::optional<std::string> run;        // scope verify --run RUN ...
+  std::vector<Finding> named_for_run;    // ... names these
+};
+
+void PrintTo(const TamperCase& c, std::ostream* os) { *os << c.name; }
+
+class MoonChainTamper : public ::testing::TestWithParam<TamperCase> {};
+
+TEST_P(MoonChainTamper, IsNamed) {
+  const TamperCase& c = GetParam();
   TmpDir t;
   fill(t.path());
-  tamper(t.path(), "UPDATE events SET json=replace(json, '\"n\":1', '\"n\":7') WHERE seq=6");
+  tamper(t.path(), c.sql);
   auto p = verify(t.path());
-  EXPECT_TRUE(names(p, "seq 6 (capability_violation, run R2)", "edited")) << all(p);
-  EXPECT_EQ(p.size(), 1U) << all(p);
-  EXPECT_TRUE(names(verify(t.path(), "R2"), "seq 6", "edited"));
+  for (const auto& f : c.named) EXPECT_TRUE(names(p, f.a, f.b)) << "'" << f.a << "' '" << f.b << "' in:\n" << all(p);
+  if (c.exactly) {
+    EXPECT_EQ(p.size(), *c.exactly) << all(p);
+  }
+  if (c.run) {
+    auto r = verify(t.path(), *c.run);
+    for (const auto& f : c.named_for_run) EXPECT_TRUE(names(r, f.a, f.b)) << f.a << " " << f.b << " in:\n" << all(r);
+  }
 }
 
-TEST(MoonChain, BackdatedTimeIsNamed) {
+INSTANTIATE_TEST_SUITE_P(
+    MoonChain, MoonChainTamper,
+    ::testing::Values(
+        TamperCase{"EditedContent", "UPDATE events SET json=replace(json, '\"n\":1', '\"n\":7') WHERE seq=6",
+                   {{"seq 6 (capability_violation, run R2)", "edited"}}, 1, "R2", {{"seq 6", "edited"}}},
+        // The column alone (what --since filters on), and the event's own time.
+        TamperCase{"BackdatedTime",
+                   "UPDATE events SET time='2020-01-01T00:00:00.000000Z' WHERE seq=2; "
+                   "UPDATE events SET json=replace(json, substr(json, instr(json, '\"time\":'), 36), "
+                   "'\"time\":\"2020-01-01T00:00:00.000000Z\"') WHERE seq=7",
+                   {{"seq 2 (", "backdated"}, {"seq 7 (", "edited"}}, std::nullopt, std::nullopt, {}},
+        TamperCase{"DeletedMiddleRow", "DELETE FROM events WHERE seq=6", {{"seq 6: deleted", ""}}, std::nullopt, "R2",
+                   {{"seq 6: deleted", ""}}},
+        // The tail, its checkpoints and the sequence counter: only the head file remains.
+        TamperCase{"TruncatedTailAndCounter",
+                   "DELETE FROM events WHERE seq > 8; DELETE FROM checkpoints WHERE seq > 8; "
+                   "UPDATE sqlite_sequence SET seq=8 WHERE name='events'",
+                   {{"seq 9..12: deleted", "scope.head"}}, std::nullopt, std::nullopt, {}},
+        // Without the sequence counter reset, the counter and the checkpoints say so too.
+        TamperCase{"TruncatedTail", "DELETE FROM events WHERE seq > 10",
+                   {{"seq 11..12: deleted", "sequence counter"}, {"checkpoint", "truncated after seq 10"}},
+                   std::nullopt, std::nullopt, {}},
+        TamperCase{"ReorderedRows",
+                   "UPDATE events SET seq=-1 WHERE seq=6; UPDATE events SET seq=6 WHERE seq=7; "
+                   "UPDATE events SET seq=7 WHERE seq=-1",
+                   {{"seq 6 (", "edited"}, {"seq 7 (", "edited"}}, std::nullopt, std::nullopt, {}}),
+    [](const ::testing::TestParamInfo<TamperCase>& info) { return std::string(info.param.name); });
+
+TEST(MoonChain, TruncatedTailWithoutTheHeadFileIsNamed) {
   TmpDir t;
   fill(t.path());
-  // The column alone (what --since filters on), and the event's own time.
-  tamper(t.path(), "UPDATE events SET time='2020-01-01T00:00:00.000000Z' WHERE seq=2");
-  tamper(t.path(), "UPDATE events SET json=replace(json, substr(json, instr(json, '\"time\":'), 36), "
-                   "'\"time\":\"2020-01-01T00:00:00.000000Z\"') WHERE seq=7");
-  auto p = verify(t.path());
-  EXPECT_TRUE(names(p, "seq 2 (", "backdated")) << all(p);
-  EXPECT_TRUE(names(p, "seq 7 (", "edited")) << all(p);
+  tamper(t.path(), "DELETE FROM events WHERE seq > 8; DELETE FROM checkpoints WHERE seq > 8; "
+                   "UPDATE sqlite_sequence SET seq=8 WHERE name='events'");
+  fs::remove(chain::head_path(t.path()));
+  EXPECT_TRUE(names(verify(t.path()), "scope.head", "missing")) << all(verify(t.path()));
 }
 
 TEST(MoonChain, RehashedEditBreaksTheNextLinkAndTheCheckpoint) {
@@ -143,35 +194,6 @@ TEST(MoonChain, RehashedEditBreaksTheNextLinkAndTheCheckpoint) {
   tamper(t.path(), "UPDATE events SET json='" + forged + "', hash='" + h + "' WHERE seq=5");
   auto p = verify(t.path());
   EXPECT_TRUE(names(p, "seq 6 (", "does not link to seq 5")) << all(p);
-}
-
-TEST(MoonChain, DeletedMiddleRowIsNamed) {
-  TmpDir t;
-  fill(t.path());
-  tamper(t.path(), "DELETE FROM events WHERE seq=6");
-  auto p = verify(t.path());
-  EXPECT_TRUE(names(p, "seq 6: deleted")) << all(p);
-  EXPECT_TRUE(names(verify(t.path(), "R2"), "seq 6: deleted"));
-}
-
-TEST(MoonChain, TruncatedTailIsNamed) {
-  TmpDir t;
-  fill(t.path());
-  // The tail, its checkpoints and the sequence counter: only the head file remains.
-  tamper(t.path(), "DELETE FROM events WHERE seq > 8; DELETE FROM checkpoints WHERE seq > 8; "
-                   "UPDATE sqlite_sequence SET seq=8 WHERE name='events'");
-  auto p = verify(t.path());
-  EXPECT_TRUE(names(p, "seq 9..12: deleted", "scope.head")) << all(p);
-  // Without the sequence counter reset, the counter says so too.
-  TmpDir u;
-  fill(u.path());
-  tamper(u.path(), "DELETE FROM events WHERE seq > 10");
-  p = verify(u.path());
-  EXPECT_TRUE(names(p, "seq 11..12: deleted", "sequence counter")) << all(p);
-  EXPECT_TRUE(names(p, "checkpoint", "truncated after seq 10")) << all(p);
-  // Deleting the head file as well is named too.
-  fs::remove(chain::head_path(t.path()));
-  EXPECT_TRUE(names(verify(t.path()), "scope.head", "missing"));
 }
 
 TEST(MoonChain, InsertedRowIsNamedEvenWithAValidHash) {
@@ -194,16 +216,6 @@ TEST(MoonChain, InsertedRowIsNamedEvenWithAValidHash) {
   // And one without a hash at all, in the middle of the numbering.
   tamper(t.path(), "INSERT INTO events (seq, time, type, json) VALUES (100, '2026-01-01', 'x', '{}')");
   EXPECT_TRUE(names(verify(t.path()), "seq 100 (x)", "not chained"));
-}
-
-TEST(MoonChain, ReorderedRowsAreNamed) {
-  TmpDir t;
-  fill(t.path());
-  tamper(t.path(), "UPDATE events SET seq=-1 WHERE seq=6; UPDATE events SET seq=6 WHERE seq=7; "
-                   "UPDATE events SET seq=7 WHERE seq=-1");
-  auto p = verify(t.path());
-  EXPECT_TRUE(names(p, "seq 6 (", "edited")) << all(p);
-  EXPECT_TRUE(names(p, "seq 7 (", "edited")) << all(p);
 }
 
 TEST(MoonChain, ForgedCheckpointsAreNamed) {
