@@ -14,6 +14,8 @@ PACKAGES=(
   python3-requests python3-httpx python3-dev  # tests/compat: clients, a C extension's headers
   clang libclang-rt-14-dev  # libFuzzer and sanitizers
   bubblewrap hyperfine      # benchmark peers
+  libcurl4-openssl-dev      # the OCI registry client (src/oci)
+  docker-registry apache2-utils skopeo  # tests: a real registry, htpasswd, interop
 )
 
 missing=()

@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/remote_packs.h"
 #include "common/text.h"
 #include "manifest/manifest.h"
 #include "moon/backend.h"
+#include "oci/reference.h"
 
 namespace soyaos::cli {
 namespace {
@@ -86,6 +88,7 @@ int run_push(const std::string& dir, const CliContext& ctx) {
 }
 
 int run_pull(const std::string& ref_text, std::string out) {
+  if (oci::looks_remote(ref_text)) return remote_pull(ref_text, out, false);
   auto ref = ref_or_usage("pull", ref_text);
   if (!ref) return kExitUsage;
   if (out.empty()) out = ref->name;
@@ -142,6 +145,7 @@ json secrets_summary(const std::string& manifest_text) {
 }
 
 int run_inspect(const std::string& ref_text, const std::string& format) {
+  if (oci::looks_remote(ref_text)) return remote_inspect(ref_text, format);
   auto ref = ref_or_usage("inspect", ref_text);
   if (!ref) return kExitUsage;
   auto reg = open_registry();
@@ -280,17 +284,36 @@ int run_unflag(const std::string& ref_text, const std::string& reason) {
 void register_pack_registry(CLI::App& pack, CliContext& ctx) {
   {
     auto dir = std::make_shared<std::string>(".");
-    auto* cmd = pack.add_subcommand("push", "Validate, lint and store a pack in the registry (content-addressed)");
+    auto ref = std::make_shared<std::string>();
+    auto source = std::make_shared<std::string>();
+    auto* cmd = pack.add_subcommand(
+        "push", "Validate, lint and store a pack in the Moon's registry, or push it to an OCI registry (REF)");
     cmd->add_option("DIR", *dir, "Pack directory (default: the current directory)");
-    cmd->callback([dir, &ctx] { ctx.exit_code = run_push(*dir, ctx); });
+    cmd->add_option("REF", *ref, "REGISTRY[:PORT]/REPO[:TAG]: push to an OCI registry instead (docs/registry.md)");
+    cmd->add_option("--source", *source, "URL of the pack's source (annotation org.opencontainers.image.source)");
+    cmd->callback([dir, ref, source, &ctx] {
+      // `pack push REF` (one argument, not a directory, a registry reference): DIR is ".".
+      std::error_code ec;
+      if (ref->empty() && oci::looks_remote(*dir) && !std::filesystem::is_directory(*dir, ec)) std::swap(*dir, *ref);
+      if (ref->empty()) {
+        ctx.exit_code = run_push(dir->empty() ? "." : *dir, ctx);
+      } else {
+        ctx.exit_code = remote_push(dir->empty() ? "." : *dir, *ref, *source);
+      }
+    });
   }
   {
     auto ref = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
-    auto* cmd = pack.add_subcommand("pull", "Extract NAME@VERSION from the registry (verified against its digest)");
-    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    auto approve = std::make_shared<bool>(false);
+    auto* cmd = pack.add_subcommand(
+        "pull", "Extract NAME@VERSION from the Moon's registry, or pull REGISTRY/REPO[:TAG|@DIGEST] (verified)");
+    cmd->add_option("REF", *ref, "NAME@VERSION, or REGISTRY[:PORT]/REPO[:TAG|@sha256:HEX]")->required();
+    cmd->add_flag("--approve", *approve, "Approve this version's capabilities (registry packs)");
     cmd->add_option("-o,--output", *out, "Directory to create (default: ./NAME); must not exist or be empty");
-    cmd->callback([ref, out, &ctx] { ctx.exit_code = run_pull(*ref, *out); });
+    cmd->callback([ref, out, approve, &ctx] {
+      ctx.exit_code = oci::looks_remote(*ref) ? remote_pull(*ref, *out, *approve) : run_pull(*ref, *out);
+    });
   }
   {
     auto format = std::make_shared<std::string>("text");
@@ -302,8 +325,9 @@ void register_pack_registry(CLI::App& pack, CliContext& ctx) {
   {
     auto ref = std::make_shared<std::string>();
     auto format = std::make_shared<std::string>("text");
-    auto* cmd = pack.add_subcommand("inspect", "Show a pushed pack: manifest, digest, flags");
-    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    auto* cmd = pack.add_subcommand("inspect", "Show a pushed pack (manifest, digest, flags) or a registry pack's "
+                                               "capabilities without downloading it");
+    cmd->add_option("REF", *ref, "NAME@VERSION, or REGISTRY[:PORT]/REPO[:TAG|@sha256:HEX]")->required();
     cmd->add_option("--format", *format, "Output format: text (default) or json")
         ->check(CLI::IsMember({"text", "json"}));
     cmd->callback([ref, format, &ctx] { ctx.exit_code = run_inspect(*ref, *format); });

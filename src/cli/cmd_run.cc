@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/remote_packs.h"
 #include "cli/run_cache.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
@@ -16,6 +17,7 @@
 #include "common/text.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
+#include "oci/reference.h"
 #include "policy/policy.h"
 #include "scope/events.h"
 #include "supervisor/run.h"
@@ -182,6 +184,15 @@ void run(const RunArgs& a, CliContext& ctx) {
   std::error_code ec;
   if (std::filesystem::is_directory(a.pack, ec)) {
     req.pack_dir = a.pack;
+  } else if (oci::looks_remote(a.pack)) {
+    // REGISTRY/REPO[:TAG|@DIGEST]: pulled on first use, offline afterwards (C12).
+    auto remote = remote_pack_dir(*home, a.pack);
+    if (remote.dir.empty()) {
+      std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(remote.error).c_str());
+      ctx.exit_code = remote.exit_code != 0 ? remote.exit_code : supervisor::kExitSetup;
+      return;
+    }
+    req.pack_dir = remote.dir;
   } else if (a.pack.find('@') != std::string::npos) {
     auto dir = pack_dir_for_ref(*home, a.pack);  // NAME@VERSION from the registry
     if (!dir) {
@@ -299,7 +310,7 @@ void run(const RunArgs& a, CliContext& ctx) {
 void register_run_command(CLI::App& app, CliContext& ctx) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "Run a pack in a Comet, the fail-closed sandbox");
-  cmd->add_option("pack", args->pack, "Pack directory, or NAME@VERSION from the registry")->required();
+  cmd->add_option("pack", args->pack, "Pack directory, NAME@VERSION from the registry, or REGISTRY/REPO[:TAG|@DIGEST]")->required();
   cmd->add_option("--input", args->inputs,
                   "[NAME=]PATH, repeatable: NAME=PATH at /workdir/inputs/NAME; an unnamed directory is "
                   "/workdir/inputs, an unnamed file /workdir/inputs/<its name>")

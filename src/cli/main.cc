@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/remote_packs.h"
 #include "common/phase_trace.h"
 
 #ifndef SOYAOS_VERSION
@@ -91,6 +92,7 @@ int run_cli(int argc, char** argv) {
   register_cache_commands(app, ctx);
   register_moon_commands(app, ctx);
   register_secret_commands(app, ctx);
+  register_login_commands(app, ctx);
 
   // T7: everything after the first `--` of `soyaos run` goes to the agent verbatim,
   // whatever options precede it; CLI11 never sees it (a multi-value option cannot swallow it).

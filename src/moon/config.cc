@@ -83,13 +83,14 @@ class ConfigParser {
   ConfigParser(const std::string& file, std::vector<Diagnostic>& errors) : file_(file), errors_(errors) {}
 
   void parse(const YNode& root, MoonConfig& c) {
-    auto top = fields(root, "", {"dns", "egress", "proxy", "tls"});
+    auto top = fields(root, "", {"dns", "egress", "proxy", "registries", "tls"});
     if (!top) return;
     for (const auto& [key, v] : *top) {
       if (key == "dns") parse_dns(*v, c.network);
       if (key == "egress") parse_egress(*v, c.network);
       if (key == "proxy") parse_proxy(*v, c);
       if (key == "tls") parse_tls(*v, c);
+      if (key == "registries") parse_registries(*v, c);
     }
   }
 
@@ -405,6 +406,30 @@ class ConfigParser {
     if (!f) return;
     for (const auto& [key, v] : *f) {
       if (key == "ca_files") parse_ca_files(*v, c);
+    }
+  }
+
+  // registries.insecure: HOST:PORT of registries spoken to over plain http (C12).
+  void parse_registries(const YNode& n, MoonConfig& c) {
+    auto f = fields(n, "registries", {"insecure"});
+    if (!f) return;
+    for (const auto& [key, v] : *f) {
+      if (key != "insecure") continue;
+      const std::string path = "registries.insecure";
+      if (list(*v, path, "HOST:PORT of registries reached over plain http") == nullptr) continue;
+      for (std::size_t i = 0; i < v->items.size(); ++i) {
+        const std::string ipath = index(path, i);
+        auto s = string(v->items[i], ipath);
+        if (!s) continue;
+        const auto colon = s->rfind(':');
+        const bool ok = colon != std::string::npos && colon > 0 && port_number(s->substr(colon + 1)).has_value() &&
+                        s->find_first_of(" /@\t") == std::string::npos;
+        if (!ok) {
+          error(v->items[i].mark, ipath, quote(*s) + " must be HOST:PORT (the registry as references name it)");
+          continue;
+        }
+        c.insecure_registries.push_back(*s);
+      }
     }
   }
 

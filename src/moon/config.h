@@ -17,6 +17,8 @@
 //       - {host: api.example.com, port: 443, protocol: https}
 //   tls:
 //     ca_files: [/etc/soyaos/test-ca.pem]   # relative paths: from moon.yaml's directory
+//   registries:
+//     insecure: ["127.0.0.1:5000"]          # HOST:PORT spoken to over plain http (C12)
 //
 // Parsed with the manifest stage's bounded YAML tree (same limits: no anchors, aliases or
 // tags, bounded depth and node count, 4 MiB) and the same strictness: unknown and
@@ -56,6 +58,8 @@ struct MoonConfig {
     std::string key_path;  // "tls.ca_files[i]"
   };
   std::vector<CaFile> ca_files;
+  // registries.insecure: HOST:PORT (as references name the registry), plain http (C12).
+  std::vector<std::string> insecure_registries;
 };
 
 struct MoonConfigLoad {

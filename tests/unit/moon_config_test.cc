@@ -143,6 +143,16 @@ TEST(MoonConfig, ConnectToErrorsSayWhatTheFormIs) {
             "moon.yaml:12:5: error: egress.connect_to.F.example.com:443: duplicate destination (first defined at 11:5)");
 }
 
+TEST(MoonConfig, InsecureRegistriesAreHostPort) {
+  const MoonConfig c = parsed("registries:\n  insecure: [\"127.0.0.1:5000\", \"registry.lan:80\"]\n");
+  EXPECT_EQ(c.insecure_registries, (std::vector<std::string>{"127.0.0.1:5000", "registry.lan:80"}));
+  EXPECT_EQ(errors_of("registries:\n  insecure: [registry.lan, \"a:0\", \"h/x:1\"]\n"),
+            (std::vector<std::string>{
+                "moon.yaml:2:14: error: registries.insecure[0]: \"registry.lan\" must be HOST:PORT (the registry as references name it)",
+                "moon.yaml:2:28: error: registries.insecure[1]: \"a:0\" must be HOST:PORT (the registry as references name it)",
+                "moon.yaml:2:35: error: registries.insecure[2]: \"h/x:1\" must be HOST:PORT (the registry as references name it)"}));
+}
+
 TEST(MoonConfig, TlsCaFilesAreListedAsWritten) {
   const MoonConfig c = parsed("tls:\n  ca_files: [/etc/ssl/test-ca.pem, certs/dev.pem]\n");
   ASSERT_EQ(c.ca_files.size(), 2u);
@@ -248,7 +258,7 @@ colour: blue
       "moon.yaml:22:7: error: proxy.allow[3].host: required key is missing",
       "moon.yaml:22:7: error: proxy.allow[3].protocol: required key is missing",
       "moon.yaml:23:7: error: proxy.allow[4]: must be a mapping, got a scalar",
-      "moon.yaml:24:1: error: colour: unknown key (allowed: dns egress proxy tls)",
+      "moon.yaml:24:1: error: colour: unknown key (allowed: dns egress proxy registries tls)",
   };
   EXPECT_EQ(errors_of(text), want);
 }

@@ -1,0 +1,31 @@
+// Packs in OCI registries from the command line (SPEC.md C12, docs/registry.md):
+// `pack push [DIR] REF`, `pack pull REF`, `pack inspect REF`, `run REF`, `login`, `logout`.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "common/result.h"
+
+namespace soyaos::cli {
+
+int remote_push(const std::string& dir, const std::string& ref, const std::string& source);
+int remote_pull(const std::string& ref, const std::string& out, bool approve);
+int remote_inspect(const std::string& ref, const std::string& format);
+
+// For `run REF` and `pack test REF`: the pack directory of REF — pulled on first use (the
+// gate consulted), then from HOME/remote without the network (a tag means what was pulled
+// last; `soyaos pack pull REF` updates it). Errors say why; the caller exits 125.
+struct RemoteDir {
+  std::filesystem::path dir;
+  int exit_code = 0;  // set (with `error`) when the gate refused
+  std::string error;
+};
+RemoteDir remote_pack_dir(const std::filesystem::path& home, const std::string& ref);
+
+void register_login_commands(CLI::App& app, CliContext& ctx);  // login, logout
+
+}  // namespace soyaos::cli
