@@ -454,7 +454,7 @@ Result<std::string> export_to_string(const Ctx& ctx, int (*exporter)(const scmp_
 
 }  // namespace
 
-Result<SeccompProgram> build_agent_filter(bool observe_paths) {
+Result<SeccompProgram> compile_agent_filter(bool observe_paths) {
   Result<Ctx> ctx = build_context(observe_paths);
   if (!ctx) return ctx.error();
   Result<std::string> bytes = export_to_string(*ctx, seccomp_export_bpf, "seccomp_export_bpf");

@@ -31,11 +31,18 @@ struct SeccompProgram {
   std::vector<sock_filter> instructions;
 };
 
-// Builds the agent's filter with libseccomp and exports it as BPF. Call in the supervisor,
-// before the child is created. `observe_paths = false` exists only for the observation
-// benchmark's baseline (bench/observe.sh): path syscalls are then allowed without a
-// notification, so violations are still refused by mounts and Landlock but not reported.
+// The agent's filter as BPF. Call in the supervisor, before the child is created.
+// `observe_paths = false` exists only for the observation benchmark's baseline
+// (bench/startup.sh): path syscalls are then allowed without a notification, so violations
+// are still refused by mounts and Landlock but not reported.
+// The program is compiled once, at build time, by compile_agent_filter() (the generator
+// src/comet/gen/seccomp_gen.cc writes it into the binary): libseccomp's compilation cost
+// ~7 ms of CPU on every run (issue #16). The table, and so the program, is the same; a unit
+// test checks that the embedded program is byte for byte what libseccomp compiles now.
 Result<SeccompProgram> build_agent_filter(bool observe_paths = true);
+
+// Compiles the table with libseccomp and exports it as BPF (the build's generator, tests).
+Result<SeccompProgram> compile_agent_filter(bool observe_paths = true);
 
 // The same filter in libseccomp's human-readable PFC form (golden tests, `soyaos doctor`).
 Result<std::string> agent_filter_pfc();

@@ -120,6 +120,26 @@ TEST(SeccompFilter, BuildsAValidProgram) {
   EXPECT_LE(program().instructions.size(), static_cast<size_t>(BPF_MAXINSNS));
 }
 
+// The program compiled into soyaos at build time is exactly what libseccomp compiles from
+// the table now (both variants): a stale or edited embedded program cannot pass.
+TEST(SeccompFilter, EmbeddedProgramIsWhatLibseccompCompiles) {
+  for (bool observe : {true, false}) {
+    Result<SeccompProgram> embedded = build_agent_filter(observe);
+    Result<SeccompProgram> compiled = compile_agent_filter(observe);
+    ASSERT_TRUE(embedded && compiled) << observe;
+    ASSERT_EQ(embedded->instructions.size(), compiled->instructions.size()) << observe;
+    EXPECT_EQ(std::memcmp(embedded->instructions.data(), compiled->instructions.data(),
+                          compiled->instructions.size() * sizeof(sock_filter)),
+              0)
+        << observe;
+  }
+  // Two different programs (the unobserved one allows what the observed one notifies).
+  auto a = build_agent_filter(true), b = build_agent_filter(false);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->instructions.size() != b->instructions.size() ||
+              std::memcmp(a->instructions.data(), b->instructions.data(), a->instructions.size() * sizeof(sock_filter)) != 0);
+}
+
 TEST(SeccompFilter, PfcMatchesGolden) {
   Result<std::string> pfc = agent_filter_pfc();
   ASSERT_TRUE(pfc.ok()) << pfc.error().describe();
