@@ -21,17 +21,12 @@
 #include "supervisor/egress_plan.h"
 #include "supervisor/egress_service.h"
 #include "supervisor/interception.h"
+#include "supervisor/network_log.h"
 #include "supervisor/provenance.h"
 #include "supervisor/violation_log.h"
 
 namespace soyaos::supervisor {
 namespace {
-
-// At most this many of the network's informational events (dns_query, egress_opened,
-// egress_closed) per run: an agent looping on lookups or connections must not grow the
-// run's event list (kept in memory until stored) without bound. The rest are counted per
-// type in run_finished (E4). Violations are bounded by ViolationLog (violation_log.h).
-constexpr size_t kMaxNetworkEvents = 10000;
 
 // The supervisor's own CPU time (user + system, every thread; not the agent's), in ms.
 long supervisor_cpu_ms() {
@@ -252,7 +247,8 @@ RunReport run_pack(const RunRequest& request) {
   scope::RunContext ctx{hostname(), report.run_id, m.name, m.version, *digest};
   // Events come from three threads (this one, the seccomp notifier, the egress loop).
   std::recursive_mutex emit_mu;
-  uint64_t network_events = 0;
+  // The network's events are bounded per class (network_log.h), violations by ViolationLog.
+  NetworkEventLog network_log;
   std::map<std::string, uint64_t> dropped_events;  // per type, past their caps (E4)
   auto emit = [&](const std::string& type, nlohmann::ordered_json data) {
     std::lock_guard lock(emit_mu);
@@ -281,12 +277,7 @@ RunReport run_pack(const RunRequest& request) {
           " refused at the egress gateway's limit of " + std::to_string(data.value("limit_connections", uint64_t{0})) +
           " open at once (docs/network.md, Limits)");
     }
-    if (type == "dns_query" || type == "egress_opened" || type == "egress_closed" || type == "http_request") {
-      if (++network_events > kMaxNetworkEvents) {
-        ++dropped_events[type];
-        return;
-      }
-    }
+    if (NetworkEventLog::bounds(type) && !network_log.record(type, data, scope::now_rfc3339())) return;
     if (type == "egress_opened" && data.contains("entry") && data["entry"].is_string()) {
       // Through the Moon proxy the entry is the operator's proxy.allow[i]; the pack's
       // moon-proxy entry is what was exercised.
@@ -464,6 +455,9 @@ RunReport run_pack(const RunRequest& request) {
   nlohmann::ordered_json counts = nlohmann::ordered_json::object();
   for (const auto& [surface, n] : violation_log.by_surface()) counts[surface] = n;
   if (violation_log.dropped() > 0) dropped_events["capability_violation"] = violation_log.dropped();
+  for (const auto& [type, n] : network_log.dropped_by_class()) dropped_events[type] = n;
+  nlohmann::ordered_json network_by_class = nlohmann::ordered_json::object();
+  for (const auto& [type, n] : network_log.totals()) network_by_class[type] = n;
   nlohmann::ordered_json dropped = nlohmann::ordered_json::object();
   for (const auto& [type, n] : dropped_events) dropped[type] = n;
   nlohmann::ordered_json finished = {{"exit_code", report.exit_code},
@@ -476,9 +470,10 @@ RunReport run_pack(const RunRequest& request) {
                         {"violations_aggregated", violation_log.aggregated_json()},
                         {"events_dropped", dropped},
                         {"notifications", report.outcome.notifications},
-                        {"network_events", network_events},
-                        {"network_events_dropped",
-                         network_events > kMaxNetworkEvents ? network_events - kMaxNetworkEvents : 0},
+                        {"network_events", network_log.total()},
+                        {"network_events_by_type", network_by_class},
+                        {"network_events_aggregated", network_log.aggregated_json()},
+                        {"network_events_dropped", network_log.dropped()},
                         {"setup_us", setup_us},
                         {"supervisor_peak_rss_kb", supervisor_peak_rss_kb()},
                         {"supervisor_cpu_ms", supervisor_cpu_ms()},

@@ -417,7 +417,8 @@ TEST_F(CometTest, DnsWithoutEgressEntriesIsNxdomainAndReported) {
 }
 
 // An agent looping on DNS cannot grow the run's events without bound: 1,000 violation
-// events and 10,000 network events at most, the rest counted in run_finished.
+// events and 10,000 dns_query events at most; the repeats past the bound are aggregated
+// (count, first and last time) in run_finished, nothing is dropped unnamed.
 TEST_F(CometTest, DnsFloodEventsAreBounded) {
   auto run = probe({"dns_flood", "example.com", "10500"});
   EXPECT_EQ(run.result, "ok 10500") << run.output.out << run.output.err;
@@ -427,7 +428,12 @@ TEST_F(CometTest, DnsFloodEventsAreBounded) {
   auto finished = run.of_type("run_finished");
   ASSERT_EQ(finished.size(), 1u);
   EXPECT_EQ(finished[0]["data"]["violations"], 10500);
-  EXPECT_EQ(finished[0]["data"]["network_events_dropped"], 500);
+  EXPECT_EQ(finished[0]["data"]["network_events_dropped"], 0);
+  EXPECT_EQ(finished[0]["data"]["network_events_by_type"]["dns_query"], 10500);
+  const auto& agg = finished[0]["data"]["network_events_aggregated"];
+  ASSERT_EQ(agg.size(), 1u) << agg.dump();
+  EXPECT_EQ(agg[0]["resource"], "dns:example.com");
+  EXPECT_EQ(agg[0]["count"], 500);
 }
 
 // Fail closed (C1): an entry this Comet cannot enforce exactly refuses the run.

@@ -484,5 +484,57 @@ TEST_F(EgressHostileProxyTest, AnUpstreamAnsweringGarbageInATunnelIsAnUpstreamEr
       << run.output.err;
 }
 
+// Caps never hide (E4, issue #17): each network event class has its own bound, so a flood
+// of 12,000 DNS lookups (past the dns_query bound) cannot push a later connection to a
+// collector out of the record: its egress_opened and its egress_closed (with the bytes sent)
+// are events, and the lookups past the bound are aggregated in run_finished, not lost.
+TEST_F(EgressHostileTest, ADnsFloodDoesNotHideALaterExfiltration) {
+  TcpEchoServer echo;
+  TcpEchoServer collector;
+  set_moon({{"echo.test", "127.0.0.1"}, {"collector.test", "127.0.0.1"}});
+  set_egress({{"echo.test", echo.port(), "tcp"}, {"collector.test", collector.port(), "tcp"}});
+  const std::string payload(4096, 'x');
+  auto run = probe({"netsteps", "dns_flood echo.test 12000",
+                    "tcp_echo collector.test " + std::to_string(collector.port()) + " " + payload});
+  ASSERT_EQ(run.results.size(), 2u) << run.context();
+  EXPECT_EQ(run.results[0], "ok 12000") << run.context();
+  EXPECT_EQ(run.results[1], "ok " + payload) << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  // The bound, then collector.test's own lookups (a new name past the bound is still named).
+  size_t collector_lookups = 0;
+  for (const auto& e : run.of_type("dns_query")) collector_lookups += e["data"]["name"] == "collector.test" ? 1 : 0;
+  EXPECT_GE(collector_lookups, 1u) << run.context();
+  EXPECT_EQ(run.of_type("dns_query").size(), 10000u + collector_lookups);
+  json opened, closed;
+  for (const auto& e : run.of_type("egress_opened")) {
+    if (e["data"].value("host", "") == "collector.test") opened = e["data"];
+  }
+  for (const auto& e : run.of_type("egress_closed")) {
+    if (e["data"].value("host", "") == "collector.test") closed = e["data"];
+  }
+  ASSERT_FALSE(opened.is_null()) << "the flood hid the connection to the collector";
+  ASSERT_FALSE(closed.is_null()) << "the flood hid the bytes sent to the collector";
+  EXPECT_EQ(closed["connection"], opened["connection"]);
+  EXPECT_EQ(closed["bytes_out"], payload.size()) << closed.dump();
+  auto finished = run.of_type("run_finished");
+  ASSERT_EQ(finished.size(), 1u) << run.context();
+  const json& f = finished[0]["data"];
+  EXPECT_EQ(f["network_events_dropped"], 0) << f.dump();
+  // Every lookup is accounted for: events + aggregated = total (getaddrinfo's second query
+  // for collector.test, AAAA, repeats a named name past the bound: aggregated too).
+  bool aggregated = false;
+  uint64_t dns_aggregated = 0;
+  for (const auto& a : f["network_events_aggregated"]) {
+    if (a["type"] != "dns_query") continue;
+    dns_aggregated += a["count"].get<uint64_t>();
+    if (a["resource"] == "dns:echo.test") {
+      aggregated = true;
+      EXPECT_EQ(a["count"], 2000) << a.dump();
+    }
+  }
+  EXPECT_TRUE(aggregated) << f["network_events_aggregated"].dump();
+  EXPECT_EQ(f["network_events_by_type"]["dns_query"], run.of_type("dns_query").size() + dns_aggregated) << f.dump();
+}
+
 }  // namespace
 }  // namespace soyaos::testing
