@@ -179,6 +179,14 @@ Result<json> dispatch(Shared& sh, MoonBackend& moon, const json& req, const Peer
   if (op == "unflag") {
     // Who did it comes from the socket (SO_PEERCRED), never from the client's message.
     if (!peer.known) return make_error("unflag: the client's credentials (SO_PEERCRED) are unknown");
+    // Clearing a flag hides a pack that misbehaved: only the Moon's owner (the daemon's own
+    // uid) or root may, never any member of the socket's group (issue #17).
+    if (peer.uid != 0 && peer.uid != ::geteuid()) {
+      return make_error("unflag " + name + "@" + version + ": refused: only root or the Moon's owner (uid " +
+                            std::to_string(::geteuid()) + ") may clear a flag; this client is uid " +
+                            std::to_string(peer.uid),
+                        EPERM);
+    }
     auto n = moon.unflag(name, version, req_str(req, "reason"), actor_for_uid(peer.uid));
     if (!n) return n.error();
     if (*n > 0) sh.log("unflag " + name + "@" + version + " (" + std::to_string(*n) + ") by " + peer.str());

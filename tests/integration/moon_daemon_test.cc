@@ -574,5 +574,76 @@ TEST_F(MoonDaemon, AClientOfAnotherUidWritesOnlyIntoRunsItStarted) {
   EXPECT_EQ(d.wait(15), 0);
 }
 
+// The requests `reqs`, sent as nobody (uid 65534) over one connection to `sock`; the replies.
+std::vector<json> call_as_nobody(const std::string& sock, const std::vector<json>& reqs) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return {};
+  pid_t pid = ::fork();
+  if (pid < 0) return {};
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(120);
+    RawClient c(sock);
+    if (!c.connected()) ::_exit(121);
+    std::string out;
+    for (const auto& r : reqs) out += c.call(r) + "\n";
+    if (::write(pipefd[1], out.data(), out.size()) != static_cast<ssize_t>(out.size())) ::_exit(122);
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
+  std::vector<json> replies;
+  for (const auto& l : lines(got)) replies.push_back(json::parse(l, nullptr, false));
+  return replies;
+}
+
+// C8 (4), issue #17: clearing a flag hides a pack that misbehaved. A member of the socket's
+// group who is neither root nor the daemon's own uid is refused (EPERM, a clear message,
+// the daemon's log names the client) and the flag stays; root clears it, as an event that
+// records root as the actor.
+TEST_F(MoonDaemon, OnlyRootOrTheMoonsOwnerMayClearAFlag) {
+  const fs::path pack = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  auto bad = run(pack.string(), {"read", "/etc/shadow"});
+  ASSERT_EQ(bad.exit_code, 3) << bad.err;
+  ASSERT_EQ(stored({"--type", "pack_flagged"}).size(), 1u);
+  const std::string sock = (dir_.path() / "peer.sock").string();
+  Daemon d;
+  d.start(daemon_home_, {"--socket", sock, "--group", "nogroup"}, dir_.path() / "peer.log");
+  for (int i = 0; i < 250 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto replies = call_as_nobody(sock, {{{"op", "unflag"}, {"name", "comet-probe"}, {"version", "0.1.0"},
+                                        {"reason", "nothing to see here"}},
+                                       {{"op", "flags"}, {"name", "comet-probe"}, {"version", "0.1.0"}, {"digest", ""}}});
+  ASSERT_EQ(replies.size(), 2u) << read_file(dir_.path() / "peer.log");
+  EXPECT_EQ(replies[0]["ok"], false) << replies[0].dump();
+  EXPECT_EQ(replies[0]["errno"], EPERM) << replies[0].dump();
+  const std::string why = replies[0].value("error", "");
+  EXPECT_NE(why.find("only root or the Moon's owner"), std::string::npos) << why;
+  EXPECT_NE(why.find("uid 65534"), std::string::npos) << why;
+  ASSERT_EQ(replies[1]["ok"], true) << replies[1].dump();
+  ASSERT_EQ(replies[1]["flags"].size(), 1u) << replies[1].dump();
+  EXPECT_EQ(replies[1]["flags"][0]["active"], true) << "the refused unflag cleared nothing: " << replies[1].dump();
+  EXPECT_TRUE(stored({"--type", "pack_unflagged"}).empty());
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(15), 0);
+  EXPECT_NE(read_file(dir_.path() / "peer.log").find("unflag by uid=65534"), std::string::npos)
+      << read_file(dir_.path() / "peer.log");
+  // Root may: the clearing is an event with its actor and reason.
+  auto u = soyaos({"pack", "unflag", "comet-probe@0.1.0", "--reason", "reviewed"});
+  EXPECT_EQ(u.out, "unflagged  comet-probe@0.1.0  (1 flag cleared)\n") << u.err;
+  auto un = stored({"--type", "pack_unflagged"});
+  ASSERT_EQ(un.size(), 1u);
+  EXPECT_EQ(un[0]["data"]["actor"]["uid"], 0);
+  EXPECT_EQ(un[0]["data"]["reason"], "reviewed");
+  auto raised = stored({"--type", "pack_flagged"});
+  ASSERT_FALSE(raised.empty());
+  EXPECT_TRUE(raised[0]["data"].contains("actor")) << "raising a flag records who ran the run: " << raised[0].dump();
+}
+
 }  // namespace
 }  // namespace soyaos::testing
