@@ -8,6 +8,7 @@
 #include <span>
 
 #include "common/digest.h"
+#include "common/phase_trace.h"
 #include "manifest/manifest.h"
 #include "moon/cache.h"
 #include "moon/backend.h"
@@ -111,8 +112,10 @@ RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& r
     warn(cache.error().describe() + "; running without the cache");
     return RunCache(std::move(s));
   }
+  trace_phase("cache_open");  // bench/startup.sh names a hit's phases too
   auto pack_digest = tree_digest(req.pack_dir);
   if (!pack_digest) return RunCache(std::move(s));
+  trace_phase("cache_pack_digest");
   moon::CacheKeyParts parts;
   parts.pack_digest = *pack_digest;
   parts.input_digest = "none";
@@ -146,6 +149,7 @@ RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& r
   }
   if (!m.capabilities.egress.empty()) parts.operator_config = operator_config_digest(home);
 
+  trace_phase("cache_key");
   // A flagged version (C8 (4)) is run, never replayed: its runs must warn and emit
   // pack_flagged, which the run's own Moon hooks do.
   // Flagged as NAME@VERSION or as this content (a directory run flags by digest too).
@@ -163,6 +167,7 @@ RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& r
     if (f.active) return RunCache(std::move(s));
   }
 
+  trace_phase("cache_flag_check");
   s->active = true;
   s->key = moon::cache_key(parts);
   s->provable = eligible.provable;
@@ -193,6 +198,7 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
     return std::nullopt;
   }
   const moon::CacheHit& h = **hit;
+  trace_phase("cache_hit_read");
   // Sinks first: a bad --events file fails the run (125) before anything is replayed.
   scope::EventSink sink;
   for (const auto& f : s_->event_files) {
@@ -222,6 +228,7 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
   // C10: a person is never misled into taking a replay for a run.
   const std::string note = "replayed from cache: run " + h.run_id + ", " + h.stored_at + "\n";
   write_fd(STDERR_FILENO, note);
+  trace_phase("cache_replayed");
   scope::RunContext ctx{hostname(), s_->run_id, s_->pack, s_->version, s_->pack_digest};
   nlohmann::ordered_json data = {{"key", s_->key},
                                  {"original_run_id", h.run_id},
@@ -238,6 +245,7 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
     std::fprintf(stderr, "soyaos: events: %s\n", st.error().describe().c_str());
     return supervisor::kExitSetup;
   }
+  trace_phase("cache_hit_durable");
   (void)s_->cache->touch(s_->key);  // LRU bookkeeping only
   return h.exit_code;
 }

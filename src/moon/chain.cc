@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
 #include <array>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -129,7 +132,36 @@ std::string pem_of(EVP_PKEY* key, bool private_half) {
   return n > 0 ? std::string(data, static_cast<size_t>(n)) : std::string();
 }
 
+// The one layout OpenSSL writes for an Ed25519 key (RFC 8410): the PEM armour around one
+// base64 line of a fixed DER prefix (PKCS#8 for the private half, SubjectPublicKeyInfo for
+// the public one) and the 32 raw key bytes. Read directly, that is a base64 decode and
+// EVP_PKEY_new_raw_*_key; OpenSSL's PEM reader first enumerates every decoder of every
+// provider, ~2 ms of CPU for each of the two keys that every event batch's checkpoint
+// signature loads (issue #16, docs/benchmarks.md). Anything else goes to OpenSSL's reader.
+Pkey parse_canonical_ed25519(const std::string& pem, bool private_half) {
+  static constexpr unsigned char kPkcs8[] = {0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06,
+                                             0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20};
+  static constexpr unsigned char kSpki[] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
+  const std::string_view head = private_half ? "-----BEGIN PRIVATE KEY-----\n" : "-----BEGIN PUBLIC KEY-----\n";
+  const std::string_view tail = private_half ? "\n-----END PRIVATE KEY-----\n" : "\n-----END PUBLIC KEY-----\n";
+  const std::string_view text(pem);
+  if (text.size() <= head.size() + tail.size() || text.substr(0, head.size()) != head ||
+      text.substr(text.size() - tail.size()) != tail) {
+    return nullptr;
+  }
+  auto der = unbase64(text.substr(head.size(), text.size() - head.size() - tail.size()));
+  const unsigned char* prefix = private_half ? kPkcs8 : kSpki;
+  const size_t prefix_size = private_half ? sizeof kPkcs8 : sizeof kSpki;
+  if (!der || der->size() != prefix_size + 32 || std::memcmp(der->data(), prefix, prefix_size) != 0) return nullptr;
+  const unsigned char* raw = der->data() + prefix_size;
+  Pkey key(private_half ? EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, raw, 32)
+                        : EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw, 32));
+  OPENSSL_cleanse(der->data(), der->size());
+  return key;
+}
+
 Result<Pkey> parse_pem(const std::string& pem, bool private_half, const fs::path& where) {
+  if (Pkey fast = parse_canonical_ed25519(pem, private_half)) return fast;
   Bio mem(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   if (!mem) return make_error("read " + where.string() + ": out of memory", ENOMEM);
   Pkey key(private_half ? PEM_read_bio_PrivateKey(mem.get(), nullptr, nullptr, nullptr)
@@ -237,7 +269,6 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
     if (auto s = fsync_dir(home); !s) return s.error();
   }
   // moon.pub is what verifiers read: it must be this key's public half.
-  const std::string pub_pem = pem_of(impl->key.get(), false);
   auto pub = read_public_file(pub_file);
   if (!pub) return pub.error();
   if (*pub) {
@@ -248,6 +279,8 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
                         ": one of them was replaced", EINVAL);
     }
   } else {
+    const std::string pub_pem = pem_of(impl->key.get(), false);
+    if (pub_pem.empty()) return make_error("encode the Moon's Ed25519 public key: OpenSSL refused");
     auto tmp = write_temp(home, "moon.pub", pub_pem, 0644);
     if (!tmp) return tmp.error();
     if (::rename(tmp->c_str(), pub_file.c_str()) != 0) {

@@ -4,6 +4,8 @@
 // one written by ten processes at once must verify clean.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -260,6 +262,31 @@ TEST(MoonChain, ReplacedPublicKeyIsRefusedForSigning) {
   // A key file others can read is refused too.
   fs::copy_file(other.path() / "moon.pub", t.path() / "moon.pub", fs::copy_options::overwrite_existing);
   ::chmod((t.path() / "moon.key").c_str(), 0644);
+  EXPECT_FALSE(chain::MoonKey::load_or_create(t.path()));
+}
+
+// The key files OpenSSL writes are read directly (a fast path); any other PEM layout of the
+// same key (here: CRLF line ends, as an editor may leave them) goes through OpenSSL's
+// reader and is the same key, and a file that is not an Ed25519 key is refused either way.
+TEST(MoonChain, KeyFilesInAnyPemLayoutAreTheSameKey) {
+  TmpDir t;
+  auto first = chain::MoonKey::load_or_create(t.path());
+  ASSERT_TRUE(first) << first.error().describe();
+  auto crlf = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string text, line;
+    while (std::getline(in, line)) text += line + "\r\n";
+    std::ofstream(p, std::ios::trunc) << text;
+  };
+  crlf(t.path() / "moon.key");
+  crlf(t.path() / "moon.pub");
+  auto again = chain::MoonKey::load_or_create(t.path());
+  ASSERT_TRUE(again) << again.error().describe();
+  EXPECT_EQ(again->id(), first->id());
+  auto cp = again->sign(1, std::string(64, 'a'), "2026-12-01T00:00:00.000000Z");
+  ASSERT_TRUE(cp);
+  EXPECT_TRUE(first->verify(*cp));
+  std::ofstream(t.path() / "moon.pub", std::ios::trunc) << "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n";
   EXPECT_FALSE(chain::MoonKey::load_or_create(t.path()));
 }
 
