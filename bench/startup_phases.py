@@ -119,7 +119,9 @@ def main():
     cmds = [("direct", PY, env), ("bwrap", bwrap, env), ("soyaos", soy, env), ("traced", soy, traced_env)]
     if a.before:
         old = [a.before] + soy[1:]
-        cmds += [("before", old, env), ("before traced", old, traced_env)]
+        # A Moon of its own: an older binary may not open a newer schema.
+        home = os.path.join(a.work, "before-home")
+        cmds += [("before", old, dict(env, SOYAOS_HOME=home)), ("before traced", old, dict(traced_env, SOYAOS_HOME=home))]
     errf = os.path.join(a.work, "stderr.txt")
     METER = CpuMeter(a.work)
     try:
