@@ -354,6 +354,29 @@ TEST_F(OciHostileRegistry, InterruptedBlobIsResumed) {
   EXPECT_EQ(read_file(t_.path() / "x" / "main.py"), read_file(fs::path(pack_) / "main.py"));
 }
 
+TEST_F(OciHostileRegistry, BearerTokenFlowAsksForTheRepositoryScope) {
+  serve("bearer");
+  auto r = pull("x");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(log_), "service=fake scope=repository:team/hello:pull\n");  // one token, reused
+}
+
+TEST_F(OciHostileRegistry, CredentialHelperFromDockerConfig) {
+  serve("ok");
+  // docker-credential-soyaostest on PATH answers `get` with u:p (and logs what it was asked).
+  const fs::path bin = t_.path() / "bin";
+  fs::create_directories(bin);
+  std::ofstream(bin / "docker-credential-soyaostest")
+      << "#!/bin/sh\nread reg\necho \"$1 $reg\" >> " << (t_.path() / "helper.log").string()
+      << "\nprintf '{\"ServerURL\":\"%s\",\"Username\":\"u\",\"Secret\":\"p\"}' \"$reg\"\n";
+  fs::permissions(bin / "docker-credential-soyaostest", fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec |
+                                                         fs::perms::group_read | fs::perms::others_read);
+  std::ofstream(t_.path() / "docker" / "config.json") << R"({"credHelpers":{")" << fake_ << R"(":"soyaostest"}})";
+  auto r = pull("x", {{"PATH", bin.string() + ":" + std::string(std::getenv("PATH"))}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(t_.path() / "helper.log"), "get " + fake_ + "\n");
+}
+
 TEST_F(OciHostileRegistry, BusyRegistryIsRetriedWithBackoff) {
   serve("busy");
   auto r = pull("x");
