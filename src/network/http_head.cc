@@ -3,30 +3,18 @@
 #include <algorithm>
 #include <charconv>
 
+#include "network/http_syntax.h"
+
 namespace soyaos::network {
 namespace {
 
-// RFC 9110 5.6.2: tchar.
-bool is_tchar(uint8_t c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-}
-
-// RFC 9110 5.5: field-value bytes (VCHAR, obs-text, SP, HTAB).
-bool is_field_byte(uint8_t c) { return c == '\t' || c == ' ' || (c >= 0x21 && c != 0x7f); }
-
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
-}
+using http_syntax::all_digits;
+using http_syntax::iequals;
+using http_syntax::is_tchar;
+using http_syntax::lower;
 
 bool istarts_with(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
-}
-
-bool all_digits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 bool fail(std::string& why, std::string reason) {
@@ -171,21 +159,11 @@ struct FieldState {
   size_t transfer_encodings = 0;
 };
 
+// The request's hook of the shared field loop (http_syntax.h): what Host, Content-Length and
+// Transfer-Encoding mean here, and which fields can name another host.
 bool parse_field(std::string_view line, HttpHead& h, FieldState& st, std::string& why) {
-  if (line.front() == ' ' || line.front() == '\t') return fail(why, "obsolete line folding");
-  const size_t colon = line.find(':');
-  if (colon == std::string_view::npos) return fail(why, "header field without a colon");
-  const std::string_view name = line.substr(0, colon);
-  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
-    return fail(why, "header field name is not a token");
-  }
-  std::string_view value = line.substr(colon + 1);
-  if (!std::all_of(value.begin(), value.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
-    return fail(why, "header field value has a control byte");
-  }
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-
+  std::string_view name, value;
+  if (!http_syntax::split_field(line, &name, &value, &why)) return false;
   if (iequals(name, "host")) {
     if (++st.hosts > 1) return fail(why, "more than one Host field");
     if (!parse_host(value, h, why)) return false;
@@ -224,58 +202,40 @@ HttpHeadParse parse_http_head(std::span<const uint8_t> bytes) {
   HttpHeadParse p;
   HttpHead& h = p.head;
   FieldState st;
-  std::string why;
-  size_t at = 0;
-  size_t lines = 0;
-  for (;;) {
-    const size_t lf = in.find('\n', at);
-    if (lf == std::string_view::npos) {
+  const auto scan = http_syntax::scan_head_lines(
+      in, bytes.size() >= kHttpMaxHead, kHttpMaxFields, "request",
+      [&h](std::string_view line, std::string* why) { return parse_request_line(line, h, *why); },
+      [&h, &st](std::string_view line, std::string* why) { return parse_field(line, h, st, *why); },
       // An unfinished line: reject what can already be seen to be wrong.
-      const std::string_view part = in.substr(at);
-      for (size_t i = 0; i < part.size(); ++i) {
-        const auto c = static_cast<uint8_t>(part[i]);
-        if (c == '\r' && i + 1 < part.size()) return invalid("bare CR");
-        if (c != '\r' && !is_field_byte(c)) return invalid("control byte in the request head");
-      }
-      if (lines == 0) {
-        const std::string_view method = part.substr(0, part.find(' '));
-        if (!std::all_of(method.begin(), method.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
-          return invalid("method is not a token");
+      [](std::string_view part, size_t lines) -> std::string {
+        if (lines == 0) {
+          const std::string_view method = part.substr(0, part.find(' '));
+          if (!std::all_of(method.begin(), method.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
+            return "method is not a token";
+          }
+          if (!part.empty() && part.front() == ' ') return "request line has no method";
+        } else if (!part.empty() && part != "\r") {
+          if (part.front() == ' ' || part.front() == '\t') return "obsolete line folding";
+          const std::string_view name = part.substr(0, part.find(':'));
+          if (!std::all_of(name.begin(), name.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
+            return "header field name is not a token";
+          }
         }
-        if (!part.empty() && part.front() == ' ') return invalid("request line has no method");
-      } else if (!part.empty() && part != "\r") {
-        if (lines > kHttpMaxFields) return invalid("more than 100 header fields");
-        if (part.front() == ' ' || part.front() == '\t') return invalid("obsolete line folding");
-        const std::string_view name = part.substr(0, part.find(':'));
-        if (!std::all_of(name.begin(), name.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); })) {
-          return invalid("header field name is not a token");
-        }
-      }
-      if (bytes.size() >= kHttpMaxHead) return invalid("head too large");
-      // The head ends with CRLF CRLF: a lower bound on what is still missing.
-      size_t more = 0;
-      if (part.empty()) {
-        more = lines > 0 ? 2 : 1;
-      } else {
-        more = (part.back() == '\r' ? 1 : 2) + 2;
-        if (lines > 0 && part == "\r") more = 1;
-      }
-      p.need = in.size() + more;
-      return p;
-    }
-    if (lf == at || in[lf - 1] != '\r') return invalid("bare LF");
-    const std::string_view line = in.substr(at, lf - 1 - at);
-    at = lf + 1;
-    if (line.find('\r') != std::string_view::npos) return invalid("bare CR");
-    if (lines == 0) {
-      if (!parse_request_line(line, h, why)) return invalid(why);
-    } else if (line.empty()) {
-      break;
+        return "";
+      });
+  if (scan.status == ParseStatus::invalid) return invalid(scan.reason);
+  if (scan.status == ParseStatus::need_more) {
+    // The head ends with CRLF CRLF: a lower bound on what is still missing.
+    const std::string_view part = scan.partial;
+    size_t more = 0;
+    if (part.empty()) {
+      more = scan.lines > 0 ? 2 : 1;
     } else {
-      if (lines > kHttpMaxFields) return invalid("more than 100 header fields");
-      if (!parse_field(line, h, st, why)) return invalid(why);
+      more = (part.back() == '\r' ? 1 : 2) + 2;
+      if (scan.lines > 0 && part == "\r") more = 1;
     }
-    ++lines;
+    p.need = in.size() + more;
+    return p;
   }
   // RFC 9112 3.2: HTTP/1.1 requires Host; but a request whose target carries the authority
   // (CONNECT host:port, or an absolute URI to a proxy) names its host there, and clients send
@@ -287,7 +247,7 @@ HttpHeadParse parse_http_head(std::span<const uint8_t> bytes) {
   h.has_host = st.hosts > 0;
   if (h.chunked && h.content_length) return invalid("both Content-Length and Transfer-Encoding");
   if (h.chunked && h.minor_version == 0) return invalid("Transfer-Encoding in an HTTP/1.0 request");
-  h.head_size = at;
+  h.head_size = scan.size;
   p.status = ParseStatus::complete;
   return p;
 }

@@ -3,35 +3,16 @@
 #include <algorithm>
 #include <charconv>
 
+#include "network/http_syntax.h"
+
 namespace soyaos::network {
 namespace {
 
-bool is_tchar(uint8_t c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-}
-
-bool is_field_byte(uint8_t c) { return c == '\t' || c == ' ' || (c >= 0x21 && c != 0x7f); }
-
-bool is_token(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_tchar(static_cast<uint8_t>(c)); });
-}
-
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
-}
-
-bool all_digits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::string_view trim(std::string_view v) {
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  return v;
-}
+using http_syntax::all_digits;
+using http_syntax::iequals;
+using http_syntax::is_field_byte;
+using http_syntax::lower;
+using http_syntax::trim_ows;
 
 // The comma-separated elements of every field named `name`, OWS trimmed (RFC 9110 5.6.1).
 std::vector<std::string_view> list_of(const std::vector<std::pair<std::string, std::string>>& fields,
@@ -42,7 +23,7 @@ std::vector<std::string_view> list_of(const std::vector<std::pair<std::string, s
     std::string_view rest = v;
     for (;;) {
       const size_t comma = rest.find(',');
-      const std::string_view e = trim(rest.substr(0, comma));
+      const std::string_view e = trim_ows(rest.substr(0, comma));
       if (!e.empty()) out.push_back(e);
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
@@ -88,23 +69,11 @@ bool parse_status_line(std::string_view line, HttpResponseHead& h, std::string& 
   return true;
 }
 
+// The response's hook of the shared field loop (http_syntax.h): Content-Length (repeated only
+// with the same value) and Transfer-Encoding (counted; its codings are read after the head).
 bool parse_response_field(std::string_view line, HttpResponseHead& h, size_t* transfer_encodings, std::string& why) {
-  if (line.front() == ' ' || line.front() == '\t') {
-    why = "obsolete line folding";
-    return false;
-  }
-  const size_t colon = line.find(':');
-  const std::string_view name = line.substr(0, colon);
-  if (colon == std::string_view::npos || !is_token(name)) {
-    why = "header field name is not a token";
-    return false;
-  }
-  std::string_view value = line.substr(colon + 1);
-  if (!std::all_of(value.begin(), value.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
-    why = "header field value has a control byte";
-    return false;
-  }
-  value = trim(value);
+  std::string_view name, value;
+  if (!http_syntax::split_field(line, &name, &value, &why)) return false;
   if (iequals(name, "content-length")) {
     if (!all_digits(value) || value.size() > 18) {
       why = "Content-Length is not a decimal number";
@@ -176,40 +145,22 @@ HttpResponseParse parse_http_response_head(std::span<const uint8_t> bytes) {
   const std::string_view in(reinterpret_cast<const char*>(bytes.data()), std::min(bytes.size(), kHttpMaxHead));
   HttpResponseParse p;
   HttpResponseHead& h = p.head;
-  std::string why;
-  size_t at = 0;
-  size_t lines = 0;
   size_t transfer_encodings = 0;
-  for (;;) {
-    const size_t lf = in.find('\n', at);
-    if (lf == std::string_view::npos) {
-      const std::string_view part = in.substr(at);
-      for (size_t i = 0; i < part.size(); ++i) {
-        const auto c = static_cast<uint8_t>(part[i]);
-        if (c == '\r' && i + 1 < part.size()) return invalid("bare CR");
-        if (c != '\r' && !is_field_byte(c)) return invalid("control byte in the response head");
-      }
-      if (lines == 0 && !part.empty()) {
-        const std::string_view prefix = std::string_view("HTTP/1.").substr(0, std::min<size_t>(part.size(), 7));
-        if (part.substr(0, prefix.size()) != prefix) return invalid("status line is not `HTTP/1.x NNN`");
-      }
-      if (bytes.size() >= kHttpMaxHead) return invalid("head too large");
-      return p;  // need_more
-    }
-    if (lf == at || in[lf - 1] != '\r') return invalid("bare LF");
-    const std::string_view line = in.substr(at, lf - 1 - at);
-    at = lf + 1;
-    if (line.find('\r') != std::string_view::npos) return invalid("bare CR");
-    if (lines == 0) {
-      if (!parse_status_line(line, h, why)) return invalid(why);
-    } else if (line.empty()) {
-      break;
-    } else {
-      if (lines > kHttpMaxFields) return invalid("more than 100 header fields");
-      if (!parse_response_field(line, h, &transfer_encodings, why)) return invalid(why);
-    }
-    ++lines;
-  }
+  const auto scan = http_syntax::scan_head_lines(
+      in, bytes.size() >= kHttpMaxHead, kHttpMaxFields, "response",
+      [&h](std::string_view line, std::string* why) { return parse_status_line(line, h, *why); },
+      [&h, &transfer_encodings](std::string_view line, std::string* why) {
+        return parse_response_field(line, h, &transfer_encodings, *why);
+      },
+      [](std::string_view part, size_t lines) -> std::string {
+        if (lines == 0 && !part.empty()) {
+          const std::string_view prefix = std::string_view("HTTP/1.").substr(0, std::min<size_t>(part.size(), 7));
+          if (part.substr(0, prefix.size()) != prefix) return "status line is not `HTTP/1.x NNN`";
+        }
+        return "";
+      });
+  if (scan.status == ParseStatus::invalid) return invalid(scan.reason);
+  if (scan.status == ParseStatus::need_more) return p;
   if (transfer_encodings > 0) {
     const auto te = list_of(h.fields, "transfer-encoding");
     if (te.empty()) return invalid("an empty Transfer-Encoding");
@@ -217,7 +168,7 @@ HttpResponseParse parse_http_response_head(std::span<const uint8_t> bytes) {
     h.chunked = iequals(te.back(), "chunked");
     h.other_coding = !h.chunked;
   }
-  h.head_size = at;
+  h.head_size = scan.size;
   p.status = ParseStatus::complete;
   return p;
 }
@@ -283,13 +234,9 @@ std::string BodyFramer::end_trailer_line(bool* end) {
     return "";
   }
   if (++trailer_fields_ > kHttpMaxFields) return "more than 100 trailer fields";
-  if (line.front() == ' ' || line.front() == '\t') return "obsolete line folding in the trailer section";
-  const size_t colon = line.find(':');
-  if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) return "trailer field name is not a token";
-  const std::string_view value = line.substr(colon + 1);
-  if (!std::all_of(value.begin(), value.end(), [](char c) { return is_field_byte(static_cast<uint8_t>(c)); })) {
-    return "trailer field value has a control byte";
-  }
+  std::string_view name, value;
+  std::string why;
+  if (!http_syntax::split_field(line, &name, &value, &why)) return why + " in the trailer section";
   return "";
 }
 
