@@ -12,24 +12,12 @@
 # The same python client runs in the sandbox and on the host, timing itself; the sink is
 # the same python process for every path. Prints medians of RUNS runs and ratios.
 # Needs socat (apt-get install -y socat) for the relay column; skipped without it.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-SOYAOS=${SOYAOS:-$PWD/build/soyaos}
+source "$(dirname "$0")/lib.sh" egress
 SIZE_MIB=${SIZE_MIB:-1024}
 N=${N:-1000}
 DNS_N=${DNS_N:-5000}
 HOLD=${HOLD:-256}
 RUNS=${RUNS:-5}
-PY=/usr/bin/python3
-work=$(mktemp -d /tmp/soyaos-egress-bench-XXXXXX)
-chmod 755 "$work"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 # ---- the host side: one sink process, two listeners -----------------------------------------
 # drain: reads everything (1 MiB recv_into), closes after EOF (so the client knows every
@@ -172,11 +160,6 @@ dns:
     ping.test: 127.0.0.1
 YAML
 
-comet() {  # ARGS... -> the probe's RESULT detail; events in $work/events.jsonl
-  rm -f "$work/events.jsonl"
-  SOYAOS_HOME="$work/home" "$SOYAOS" run "$work/pack" --no-cache --out "$work/out" \
-    --events "$work/events.jsonl" -- "$@" | sed -n 's/^RESULT ok //p'
-}
 direct() { "$PY" "$work/pack/main.py" "$@" | sed -n 's/^RESULT ok //p'; }
 
 have_socat=0
@@ -191,7 +174,6 @@ if command -v socat >/dev/null; then
   sleep 0.3
 fi
 
-median() { "$PY" -c 'import statistics,sys; print("%.3f" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
 gbps() {  # "BYTES SECONDS" -> Gbit/s
   "$PY" -c 'import sys; b,s=map(float,sys.argv[1].split()); print("%.2f" % (b*8/s/1e9))' "$1"
 }
@@ -244,8 +226,8 @@ printf '  %-28s %8.0f queries/s\n' "stub (median)" "$(median "${q[@]}")"
 
 echo "== supervisor memory per open gateway connection ($HOLD held open)"
 comet idle >/dev/null
-idle=$("$PY" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.strip()][-1]["data"].get("supervisor_peak_rss_kb", 0))' "$work/events.jsonl")
+idle=$(run_finished supervisor_peak_rss_kb)
 held=$(comet hold ping.test "$PING" "$HOLD")
-busy=$("$PY" -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.strip()][-1]["data"].get("supervisor_peak_rss_kb", 0))' "$work/events.jsonl")
+busy=$(run_finished supervisor_peak_rss_kb)
 "$PY" -c "import sys; i,b,n=map(float,sys.argv[1:]); print('  peak RSS idle %.0f KiB, with %d connections %.0f KiB: %.1f KiB per connection' % (i, n, b, (b-i)/n if n else 0))" \
   "$idle" "$busy" "${held:-0}"

@@ -9,24 +9,14 @@
 # server behind an entry with an `http` rule, so the gateway terminates and re-encrypts).
 # Targets on a 2-CPU machine: terminated - passthrough <= +1 ms p50 per new connection and
 # <= +100 us p50 per request on a kept-alive one. Also: supervisor CPU per request (run_finished
-# supervisor_cpu_ms, when present, divided by the requests of the keep-alive run).
+# supervisor_cpu_ms of N requests minus that of one, over N - 1), and the load average at the
+# start and the end (re-measure when the machine is idle: every wake-up waits for a CPU).
 # The server is one python process (ssl, a thread per connection) with a test CA made by
 # openssl(1); the client is the same python program in the Comet and on the host.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-SOYAOS=${SOYAOS:-$PWD/build/soyaos}
+source "$(dirname "$0")/lib.sh" secrets
 N=${N:-1000}
 RUNS=${RUNS:-3}
-PY=/usr/bin/python3
-work=$(mktemp -d /tmp/soyaos-secrets-bench-XXXXXX)
-chmod 755 "$work"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+MEDIAN_FORMAT=%.1f
 
 # ---- a test CA and a server certificate for both names ---------------------------------------
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=bench test CA" \
@@ -178,11 +168,6 @@ tls:
   ca_files: ["$work/ca.pem"]
 YAML
 
-comet() {  # ARGS... -> the client's RESULT detail; events in $work/events.jsonl
-  rm -f "$work/events.jsonl"
-  SOYAOS_HOME="$work/home" "$SOYAOS" run "$work/pack" --no-cache --out "$work/out" \
-    --events "$work/events.jsonl" -- "$@" | sed -n 's/^RESULT ok //p'
-}
 # Direct: the same client on the host; the name resolves through --connect-to's equivalent:
 # a hosts-free trick, python connects to 127.0.0.1 but checks the certificate for the name.
 direct() {
@@ -197,24 +182,42 @@ runpy.run_path(script, run_name="__main__")
 PY
 }
 
-median() { "$PY" -c 'import statistics,sys; print("%.1f" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
-
-declare -A P50 P99
+echo "start: $(load_note)"
+in_comet() {  # PATH MODE N
+  case $1 in
+    passthrough) comet "$2" pass.bench.test 443 "$3" /workdir/ca.pem ;;
+    terminated) comet "$2" icpt.bench.test 443 "$3" - ;;
+  esac
+}
+# Supervisor CPU per request: run_finished's supervisor_cpu_ms (getrusage of the supervisor,
+# all its threads: the gateway's loop and the exchange threads) of a run of N requests, minus
+# that of a run of one request (start-up and teardown), over N - 1.
+declare -A P50 P99 CPU BASE
+for mode in keepalive fresh; do
+  for path in passthrough terminated; do
+    in_comet "$path" "$mode" 1 >/dev/null
+    BASE[$mode.$path]=$(run_finished supervisor_cpu_ms)
+  done
+done
 for mode in keepalive fresh sse; do
   n=$N
   [[ $mode == sse ]] && n=$((N / 5))
   for path in direct passthrough terminated; do
-    a=(); b=()
+    a=(); b=(); c=()
     for _ in $(seq "$RUNS"); do
       case $path in
         direct) r=$(direct "$mode" "$n") ;;
-        passthrough) r=$(comet "$mode" pass.bench.test 443 "$n" /workdir/ca.pem) ;;
-        terminated) r=$(comet "$mode" icpt.bench.test 443 "$n" -) ;;
+        *) r=$(in_comet "$path" "$mode" "$n") ;;
       esac
       [[ -n "$r" ]] || { echo "$mode/$path: no result (did the run fail?)" >&2; exit 1; }
       read -r x y <<<"$r"; a+=("$x"); b+=("$y")
+      if [[ $path != direct && $mode != sse ]]; then
+        c+=("$("$PY" -c 'import sys; print((float(sys.argv[1]) - float(sys.argv[2])) * 1000 / (int(sys.argv[3]) - 1))' \
+          "$(run_finished supervisor_cpu_ms)" "${BASE[$mode.$path]}" "$n")")
+      fi
     done
     P50[$mode.$path]=$(median "${a[@]}"); P99[$mode.$path]=$(median "${b[@]}")
+    ((${#c[@]})) && CPU[$mode.$path]=$(median "${c[@]}")
   done
 done
 
@@ -228,9 +231,12 @@ title() {
 for mode in keepalive fresh sse; do
   echo "== $(title $mode): median of $RUNS runs, us"
   for path in direct passthrough terminated; do
-    printf '  %-12s p50 %9s   p99 %9s\n' "$path" "${P50[$mode.$path]}" "${P99[$mode.$path]}"
+    cpu=${CPU[$mode.$path]:-}
+    printf '  %-12s p50 %9s   p99 %9s%s\n' "$path" "${P50[$mode.$path]}" "${P99[$mode.$path]}" \
+      "${cpu:+   supervisor CPU $cpu us/request}"
   done
   "$PY" -c "import sys; t,p,d=map(float,sys.argv[1:]); print('  terminated - passthrough at p50 = %+.0f us; passthrough - direct = %+.0f us' % (t-p, p-d))" \
     "${P50[$mode.terminated]}" "${P50[$mode.passthrough]}" "${P50[$mode.direct]}"
 done
 echo "(targets: fresh +1000 us, keepalive +100 us, terminated against passthrough)"
+echo "end: $(load_note)"
