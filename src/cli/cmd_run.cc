@@ -261,9 +261,7 @@ void run(const RunArgs& a, CliContext& ctx) {
     if (int sig = supervisor::take_pending_stop_signal(); sig != 0) ctx.exit_code = 128 + sig;
     return;
   }
-  cache.arm(req);
   trace_phase("cache_lookup");
-  // ---- end result cache ----
   // After the cache: a replay needs none of the registry (hooks are for a real run).
   auto hooks = moon_run_hooks(*home);
   if (!hooks) {
@@ -273,6 +271,8 @@ void run(const RunArgs& a, CliContext& ctx) {
   }
   req.hooks = std::move(hooks.value());
   trace_phase("moon_open");
+  cache.arm(req);  // after the hooks: it may add to them (cache_rejected)
+  // ---- end result cache ----
   auto report = supervisor::run_pack(req);
   cache.store(report);  // result cache: after the run's events are stored
   trace_phase("cache_store");

@@ -10,6 +10,8 @@
 #include "common/digest.h"
 #include "common/phase_trace.h"
 #include "manifest/manifest.h"
+#include "common/text.h"
+#include "moon/audit.h"
 #include "moon/cache.h"
 #include "moon/backend.h"
 #include "policy/policy.h"
@@ -29,6 +31,8 @@ struct RunCache::State {
   bool events_to_stdout = false;
   std::optional<moon::ResultCache> cache;
   std::unique_ptr<moon::MoonBackend> moon;  // the daemon when one answers, else embedded
+  // An entry found but not genuine (E6): why, for the run's `cache_rejected` event.
+  std::optional<nlohmann::ordered_json> rejected;
 };
 
 namespace {
@@ -199,6 +203,37 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
   }
   const moon::CacheHit& h = **hit;
   trace_phase("cache_hit_read");
+  // The entry must be the result of the run it credits, as the record holds that run
+  // (E6: the check `moon check` makes): a forged or edited entry is never replayed. It is
+  // dropped (not trusted again), the pack runs, and the run records why (cache_rejected).
+  moon::CacheEntryAudit audit;
+  audit.key = h.key;
+  audit.run_id = audit.manifest_run_id = h.run_id;
+  audit.pack = h.pack;
+  audit.version = h.version;
+  audit.pack_digest = h.pack_digest;
+  audit.exit_code = h.exit_code;
+  audit.stdout_digest = "sha256:" + sha256_hex(h.out);
+  audit.stderr_digest = "sha256:" + sha256_hex(h.err);
+  audit.has_out = h.has_out_dir;
+  for (const auto& n : h.tree) {
+    if (n.dir) continue;
+    ++audit.out_files;
+    audit.out_bytes += n.size;
+  }
+  auto problem = moon::verify_cache_entry(*s_->moon, audit);
+  if (!problem || !problem->empty()) {
+    const std::string why = problem ? *problem : "the record cannot be read: " + problem.error().describe();
+    warn("entry " + s_->key.substr(0, 12) + " (credited to run " + h.run_id + ") is not replayed: " +
+         escape_for_terminal(why) + "; running");
+    // Only a proven forgery is dropped; an unreadable record leaves the entry for later.
+    const bool dropped = problem && s_->cache->drop(s_->key, true);
+    (void)s_->cache->count_miss();
+    s_->rejected = nlohmann::ordered_json{{"key", s_->key},          {"original_run_id", h.run_id},
+                                          {"stored_at", h.stored_at}, {"reason", why},
+                                          {"dropped", dropped}};
+    return std::nullopt;
+  }
   // Sinks first: a bad --events file fails the run (125) before anything is replayed.
   scope::EventSink sink;
   for (const auto& f : s_->event_files) {
@@ -252,6 +287,14 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
 
 void RunCache::arm(supervisor::RunRequest& request) const {
   if (!s_->active) return;
+  if (s_->rejected) {
+    // In the run's own record, right after run_started: the entry it did not replay, and why.
+    request.hooks.before_launch = [rejected = *s_->rejected, next = std::move(request.hooks.before_launch)](
+                                      const scope::RunContext& ctx, const supervisor::EmitFn& emit) -> Status {
+      emit("cache_rejected", rejected);
+      return next ? next(ctx, emit) : Status{};
+    };
+  }
   request.capture_output = true;
   request.tee_output = true;
   // run_finished names the key its result is stored under (E5), so that the entry can be

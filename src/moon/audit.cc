@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "moon/backend.h"
 #include "moon/cache.h"
 
 namespace soyaos::moon {
@@ -77,6 +78,27 @@ std::string join(const std::vector<std::string>& parts) {
 
 }  // namespace
 
+std::string cache_entry_problem(const CacheEntryAudit& e, const std::optional<StoredEvent>& fin) {
+  if (e.manifest_run_id != e.run_id) {
+    return "the index credits run " + e.run_id + ", its manifest run " + e.manifest_run_id + " (edited)";
+  }
+  if (!fin) return "forged: run " + e.run_id + " has no run_finished in the record";
+  auto diff = mismatches(e, data_of(*fin));
+  if (diff.empty()) return "";
+  return "forged: not the result run_finished (seq " + std::to_string(fin->seq) + ") records: " + join(diff);
+}
+
+Result<std::string> verify_cache_entry(MoonBackend& moon, const CacheEntryAudit& e) {
+  EventQuery q;
+  q.run_id = e.manifest_run_id;
+  q.type = "run_finished";
+  auto events = moon.query_events(q);
+  if (!events) return events.error();
+  std::optional<StoredEvent> fin;
+  if (!events->empty()) fin = std::move(events->back());
+  return cache_entry_problem(e, fin);
+}
+
 Result<AuditReport> audit_record(Store& store, const fs::path& home, const AuditOptions& options) {
   AuditReport report;
   auto chain = store.verify_chain({options.run_id, options.key});
@@ -98,22 +120,13 @@ Result<AuditReport> audit_record(Store& store, const fs::path& home, const Audit
         report.problems.push_back(name + ": " + e.problem);
         continue;
       }
-      if (e.manifest_run_id != e.run_id) {
-        report.problems.push_back(name + ": the index credits run " + e.run_id + ", its manifest run " +
-                                  e.manifest_run_id + " (edited)");
-        continue;
+      std::optional<StoredEvent> fin;
+      if (e.manifest_run_id == e.run_id) {
+        auto found = run_finished(store, e.run_id);
+        if (!found) return found.error();
+        fin = std::move(found.value());
       }
-      auto fin = run_finished(store, e.run_id);
-      if (!fin) return fin.error();
-      if (!*fin) {
-        report.problems.push_back(name + ": forged: run " + e.run_id + " has no run_finished in the record");
-        continue;
-      }
-      auto diff = mismatches(e, data_of(**fin));
-      if (!diff.empty()) {
-        report.problems.push_back(name + ": forged: not the result run_finished (seq " + std::to_string((*fin)->seq) +
-                                  ") records: " + join(diff));
-      }
+      if (auto problem = cache_entry_problem(e, fin); !problem.empty()) report.problems.push_back(name + ": " + problem);
     }
   }
 

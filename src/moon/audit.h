@@ -28,4 +28,15 @@ struct AuditReport {
 
 Result<AuditReport> audit_record(Store& store, const std::filesystem::path& home, const AuditOptions& options);
 
+struct CacheEntryAudit;
+class MoonBackend;
+// Why cache entry `e` is not the result of the run it credits, "" when it is: the index
+// and the manifest credit the same run, and `fin` — that run's run_finished as the record
+// holds it (nullopt: the record has none) — records the entry's pack, digest, exit code,
+// key and output digests. What `moon check` names for every entry, and what `soyaos run`
+// checks before replaying one (a forged entry is never replayed).
+std::string cache_entry_problem(const CacheEntryAudit& e, const std::optional<StoredEvent>& fin);
+// The same check, reading the run's run_finished from `moon` (embedded or the daemon).
+Result<std::string> verify_cache_entry(MoonBackend& moon, const CacheEntryAudit& e);
+
 }  // namespace soyaos::moon

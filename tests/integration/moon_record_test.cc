@@ -82,6 +82,38 @@ class MoonRecord : public ::testing::Test {
   void owner_back() {
     ASSERT_EQ(std::system(("chown -R --reference='" + home_.string() + "' '" + home_.string() + "'").c_str()), 0);
   }
+  // The cacheable run again, in the copy, into a fresh --out (a replay needs one).
+  RunOutput run_rich(const std::string& tag) {
+    std::vector<std::string> args = {"run", (golden_->path() / "pack").string(), "--out",
+                                     (t_.path() / ("out-" + tag)).string(), "--"};
+    args.insert(args.end(), kRich.begin(), kRich.end());
+    return run_soyaos(args, {{"SOYAOS_HOME", home_.string()}, {"SOYAOS_MOON_SOCKET", ""}}, t_.path());
+  }
+  // A run that found a forged entry: not replayed, run for real, why on stderr and in the
+  // run's own cache_rejected event; the entry is dropped and the genuine result stored, so
+  // the record checks clean again and the next run replays that (E6, C10).
+  void expect_rejected(const std::string& why) {
+    // The golden home's bad run flagged the pack, and a flagged version is never replayed.
+    auto unflag = soyaos({"pack", "unflag", "comet-probe@0.1.0", "--reason", "replay test"});
+    ASSERT_EQ(unflag.exit_code, 0) << unflag.out << unflag.err;
+    auto r = run_rich("rejected");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("replayed from cache"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("is not replayed: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("RESULT ok"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("forged"), std::string::npos) << r.out;
+    const std::string rejected = query("SELECT json FROM events WHERE type='cache_rejected'");
+    const json j = json::parse(rejected, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << rejected;
+    EXPECT_NE(j["data"].value("reason", "").find(why), std::string::npos) << rejected;
+    EXPECT_EQ(j["data"]["dropped"], true) << rejected;
+    EXPECT_EQ(query("SELECT type FROM events WHERE run_id='" + j["data"].value("run_id", "") + "' ORDER BY seq LIMIT 1"),
+              "run_started");
+    auto next = run_rich("next");
+    EXPECT_EQ(next.exit_code, 0) << next.err;
+    EXPECT_NE(next.err.find("replayed from cache"), std::string::npos) << next.err;
+  }
   std::string query(const std::string& sql) {
     const fs::path script = t_.path() / "query.py";
     std::ofstream(script, std::ios::trunc) << "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n"
@@ -255,6 +287,9 @@ print(key[:12], end="")
   auto r = soyaos({"moon", "check"});
   expect_named(r, "cache: entry " + key + " (comet-probe@0.1.0, run " + run + "): forged", "stdout");
   expect_named(soyaos({"scope", "verify", "--run", run}), "cache: entry " + key, "forged");
+  expect_rejected("stdout");
+  auto clean = soyaos({"moon", "check"});
+  EXPECT_EQ(clean.exit_code, 0) << "the forged entry is gone, the genuine one checks: " << clean.out << clean.err;
 }
 
 TEST_F(MoonRecord, ReplayOfAnEntryCreditedToAnUnknownRunIsNamed) {
@@ -265,6 +300,7 @@ TEST_F(MoonRecord, ReplayOfAnEntryCreditedToAnUnknownRunIsNamed) {
   auto r = soyaos({"moon", "check"});
   expect_named(r, "(cache_hit, run ", "a forged entry was replayed");
   expect_named(r, "cache: entry ", "has no run_finished");
+  expect_rejected("has no run_finished");
 }
 
 }  // namespace
