@@ -250,4 +250,38 @@ void copy_tree(const std::filesystem::path& from, const std::filesystem::path& t
   }
 }
 
+std::vector<nlohmann::json> read_events(const std::filesystem::path& events_jsonl) {
+  std::vector<nlohmann::json> out;
+  if (!std::filesystem::exists(events_jsonl)) return out;
+  std::istringstream lines(read_file(events_jsonl));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+std::map<std::string, CheckResult> parse_results(const std::string& stdout_text) {
+  std::map<std::string, CheckResult> out;
+  std::istringstream lines(stdout_text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("RESULT ", 0) != 0) continue;
+    std::istringstream f(line.substr(7));
+    std::string name;
+    CheckResult r;
+    f >> name >> r.status;
+    std::getline(f, r.detail);
+    out[name] = r;
+  }
+  return out;
+}
+
+std::string connect_to_yaml(const std::vector<std::pair<std::string, int>>& from, const std::vector<int>& to_ports) {
+  std::string y = "egress:\n  connect_to:\n";
+  for (size_t i = 0; i < from.size() && i < to_ports.size(); ++i) {
+    y += "    \"" + from[i].first + ":" + std::to_string(from[i].second) + "\": \"127.0.0.1:" +
+         std::to_string(to_ports[i]) + "\"\n";
+  }
+  return y;
+}
+
 }  // namespace soyaos::testing

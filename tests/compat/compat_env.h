@@ -6,8 +6,10 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace soyaos::testing {
@@ -46,6 +48,20 @@ class MockApi {
   int https_port_ = 0;
   int http_port_ = 0;
 };
+
+// What both compat suites (compat_test.cc, secrets_test.cc) read back from a run.
+// The events file, one JSON object per line (empty when the file is missing).
+std::vector<nlohmann::json> read_events(const std::filesystem::path& events_jsonl);
+// One check's line `RESULT NAME STATUS DETAIL` (the packs' convention).
+struct CheckResult {
+  std::string status;  // ok | fail | refused
+  std::string detail;
+};
+// Every RESULT line of the agent's stdout, by check name.
+std::map<std::string, CheckResult> parse_results(const std::string& stdout_text);
+// The Moon configuration's egress.connect_to section: each "HOST:PORT" key to
+// "127.0.0.1:TARGET" (the mock's ports), in order.
+std::string connect_to_yaml(const std::vector<std::pair<std::string, int>>& from, const std::vector<int>& to_ports);
 
 // Runs argv[0] (searched in PATH) with stdin from /dev/null; returns the exit status
 // (128+N for a signal) and what it printed on stdout and stderr, together, in `output`.

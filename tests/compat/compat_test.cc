@@ -45,10 +45,7 @@ struct Known {
 // libuuid's clock file now: docs/sandbox.md "Runtime layer".)
 const std::vector<Known> kKnownViolations = {};
 
-struct Result {
-  std::string status;  // ok | fail | refused
-  std::string detail;
-};
+using Result = CheckResult;
 
 struct CompatRun {
   RunOutput output;
@@ -102,14 +99,15 @@ class CompatTest : public ::testing::Test {
     fs::permissions(home_, fs::perms::all);
     // egress.connect_to (C6a) sends each HOST:443 and HOST:80 to the mock's TLS and plain ports
     // on 127.0.0.1, so the packs run as committed (api.openai.com:443/https, ...), rootless too.
-    std::string moon = "egress:\n  connect_to:\n";
+    std::vector<std::pair<std::string, int>> from;
+    std::vector<int> to;
     for (const auto& n : kNames) {
-      moon += "    \"" + n + ":" + std::to_string(kHttpsPort) + "\": \"127.0.0.1:" + std::to_string(api_->https_port()) +
-              "\"\n";
-      moon += "    \"" + n + ":" + std::to_string(kHttpPort) + "\": \"127.0.0.1:" + std::to_string(api_->http_port()) +
-              "\"\n";
+      from.emplace_back(n, kHttpsPort);
+      to.push_back(api_->https_port());
+      from.emplace_back(n, kHttpPort);
+      to.push_back(api_->http_port());
     }
-    dir_.write("home/moon.yaml", moon);
+    dir_.write("home/moon.yaml", connect_to_yaml(from, to));
   }
 
   static std::string https_url(const std::string& host) { return "https://" + host; }
@@ -198,22 +196,8 @@ class CompatTest : public ::testing::Test {
     args.insert(args.end(), agent_args.begin(), agent_args.end());
     CompatRun r;
     r.output = run_soyaos(args, {{"SOYAOS_HOME", home_.string()}}, dir_.path());
-    if (fs::exists(events)) {
-      std::istringstream lines(read_file(events));
-      for (std::string line; std::getline(lines, line);) {
-        if (!line.empty()) r.events.push_back(json::parse(line));
-      }
-    }
-    std::istringstream out(r.output.out);
-    for (std::string line; std::getline(out, line);) {
-      if (line.rfind("RESULT ", 0) != 0) continue;
-      std::istringstream f(line.substr(7));
-      std::string name;
-      Result res;
-      f >> name >> res.status;
-      std::getline(f, res.detail);
-      r.results[name] = res;
-    }
+    r.events = read_events(events);
+    r.results = parse_results(r.output.out);
     return r;
   }
 

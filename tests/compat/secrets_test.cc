@@ -132,7 +132,7 @@ MemoryScan scan_memory(pid_t pid, const std::string& key, const std::string& pla
 struct SecretsRun {
   RunOutput output;
   std::vector<json> events;
-  std::map<std::string, std::pair<std::string, std::string>> results;  // name -> (status, detail)
+  std::map<std::string, CheckResult> results;
 
   std::vector<json> of_type(const std::string& type) const {
     std::vector<json> out;
@@ -174,11 +174,15 @@ class SecretsGatewayTest : public ::testing::Test {
     home_ = dir_.path() / "home";
     fs::create_directories(home_);
     fs::permissions(home_, fs::perms::all);
-    std::string moon = "egress:\n  connect_to:\n";
+    std::vector<std::pair<std::string, int>> from;
+    std::vector<int> to;
     for (const auto& n : kNames) {
-      moon += "    \"" + n + ":443\": \"127.0.0.1:" + std::to_string(api_->https_port()) + "\"\n";
+      from.emplace_back(n, 443);
+      to.push_back(api_->https_port());
     }
-    moon += "    \"plain.compat.test:80\": \"127.0.0.1:" + std::to_string(api_->http_port()) + "\"\n";
+    from.emplace_back("plain.compat.test", 80);
+    to.push_back(api_->http_port());
+    std::string moon = connect_to_yaml(from, to);
     dir_.write("home/moon-no-ca.yaml", moon);
     // The gateway verifies the mock's certificate (signed by the test CA) as it would a real API's.
     moon += "tls:\n  ca_files: [\"" + ca_->ca_pem.string() + "\"]\n";
@@ -216,21 +220,8 @@ class SecretsGatewayTest : public ::testing::Test {
     r.output = run_soyaos(args, {{"SOYAOS_HOME", home_.string()}, {"OPENAI_API_KEY", *key_},
                                  {"ANTHROPIC_API_KEY", *key_}},
                           dir_.path());
-    if (fs::exists(events)) {
-      std::istringstream lines(read_file(events));
-      for (std::string line; std::getline(lines, line);) {
-        if (!line.empty()) r.events.push_back(json::parse(line));
-      }
-    }
-    std::istringstream out(r.output.out);
-    for (std::string line; std::getline(out, line);) {
-      if (line.rfind("RESULT ", 0) != 0) continue;
-      std::istringstream f(line.substr(7));
-      std::string name, status, detail;
-      f >> name >> status;
-      std::getline(f, detail);
-      r.results[name] = {status, detail};
-    }
+    r.events = read_events(events);
+    r.results = parse_results(r.output.out);
     return r;
   }
 
@@ -238,7 +229,7 @@ class SecretsGatewayTest : public ::testing::Test {
     for (const auto& c : checks) {
       auto it = r.results.find(c);
       ASSERT_NE(it, r.results.end()) << c << " printed no result\n" << r.context();
-      EXPECT_EQ(it->second.first, want) << c << ":" << it->second.second << "\n" << r.context();
+      EXPECT_EQ(it->second.status, want) << c << ":" << it->second.detail << "\n" << r.context();
     }
   }
 
