@@ -11,13 +11,10 @@
 #include <cerrno>
 #include <mutex>
 
+#include "oci/curl_api.h"
+
 namespace soyaos::oci {
 namespace {
-
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { (void)curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -31,6 +28,7 @@ std::string trim(std::string_view s) {
 }
 
 struct Transfer {
+  const CurlApi* api = nullptr;
   CURL* curl = nullptr;
   const HttpRequest* req = nullptr;
   HttpResponse* resp = nullptr;
@@ -78,7 +76,7 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::string_view chunk(data, size * n);
   long status = 0;
-  (void)curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+  (void)t->api->easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
   if (t->req->sink && status >= 200 && status < 300) {
     if (auto s = t->req->sink(chunk, status); !s) {
       t->sink_error = s.error().describe();
@@ -145,16 +143,23 @@ std::string HttpResponse::header(const std::string& name) const {
 
 struct Http::Impl {
   TransportOptions options;
+  const CurlApi* api = nullptr;
+  std::string load_error;
   CURL* curl = nullptr;
   ~Impl() {
-    if (curl != nullptr) curl_easy_cleanup(curl);
+    if (curl != nullptr) api->easy_cleanup(curl);
   }
 };
 
 Http::Http(TransportOptions options) : impl_(std::make_unique<Impl>()) {
-  global_init();
   impl_->options = std::move(options);
-  impl_->curl = curl_easy_init();
+  auto api = curl_api();
+  if (!api) {
+    impl_->load_error = api.error().describe();
+    return;
+  }
+  impl_->api = *api;
+  impl_->curl = impl_->api->easy_init();
 }
 Http::~Http() = default;
 Http::Http(Http&&) noexcept = default;
@@ -163,56 +168,57 @@ Http& Http::operator=(Http&&) noexcept = default;
 Result<HttpResponse> Http::perform(const HttpRequest& req, bool* transient) {
   if (transient != nullptr) *transient = false;
   CURL* c = impl_->curl;
-  if (c == nullptr) return make_error("libcurl: cannot create a handle");
-  curl_easy_reset(c);  // options go; the connection cache stays
+  if (c == nullptr) return make_error(impl_->load_error.empty() ? "libcurl: cannot create a handle" : impl_->load_error);
+  const CurlApi& cu = *impl_->api;
+  cu.easy_reset(c);  // options go; the connection cache stays
   HttpResponse resp;
-  Transfer t{c, &req, &resp};
+  Transfer t{&cu, c, &req, &resp};
   t.stall_seconds = impl_->options.stall_seconds;
   curl_slist* headers = nullptr;
-  for (const auto& h : req.headers) headers = curl_slist_append(headers, h.c_str());
+  for (const auto& h : req.headers) headers = cu.slist_append(headers, h.c_str());
   // No "Expect: 100-continue" round trip for uploads (a registry answers at once).
-  headers = curl_slist_append(headers, "Expect:");
+  headers = cu.slist_append(headers, "Expect:");
   const bool has_body = req.body_fd >= 0 || !req.body.empty();
   const uint64_t body_len = req.body_fd >= 0 ? req.body_len : req.body.size();
 
-  (void)curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
-  (void)curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  (void)curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-  (void)curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  (void)curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-  (void)curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-  (void)curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, impl_->options.connect_timeout_seconds);
-  (void)curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-  (void)curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-  (void)curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
-  (void)curl_easy_setopt(c, CURLOPT_USERAGENT, "soyaos-registry-client/0");
+  (void)cu.easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  (void)cu.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  (void)cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  (void)cu.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  (void)cu.easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+  (void)cu.easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+  (void)cu.easy_setopt(c, CURLOPT_CONNECTTIMEOUT, impl_->options.connect_timeout_seconds);
+  (void)cu.easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  (void)cu.easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+  (void)cu.easy_setopt(c, CURLOPT_XFERINFODATA, &t);
+  (void)cu.easy_setopt(c, CURLOPT_USERAGENT, "soyaos-registry-client/0");
   // The environment's proxies do not apply: a registry's credentials go only where the
   // reference says, and tests use loopback.
-  (void)curl_easy_setopt(c, CURLOPT_PROXY, "");
+  (void)cu.easy_setopt(c, CURLOPT_PROXY, "");
   if (!impl_->options.ca_pems.empty()) {
-    (void)curl_easy_setopt(c, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
-    (void)curl_easy_setopt(c, CURLOPT_SSL_CTX_DATA, &impl_->options.ca_pems);
+    (void)cu.easy_setopt(c, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
+    (void)cu.easy_setopt(c, CURLOPT_SSL_CTX_DATA, &impl_->options.ca_pems);
   }
-  (void)curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  (void)curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  (void)curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
-  (void)curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  (void)curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  (void)cu.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  (void)cu.easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  (void)cu.easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  (void)cu.easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  (void)cu.easy_setopt(c, CURLOPT_WRITEDATA, &t);
   if (req.method == "HEAD") {
-    (void)curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    (void)cu.easy_setopt(c, CURLOPT_NOBODY, 1L);
   } else if (req.method == "GET") {
-    (void)curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    (void)cu.easy_setopt(c, CURLOPT_HTTPGET, 1L);
   } else {
-    (void)curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method.c_str());
-    (void)curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-    (void)curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-    (void)curl_easy_setopt(c, CURLOPT_READDATA, &t);
-    (void)curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(has_body ? body_len : 0));
+    (void)cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+    (void)cu.easy_setopt(c, CURLOPT_UPLOAD, 1L);
+    (void)cu.easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+    (void)cu.easy_setopt(c, CURLOPT_READDATA, &t);
+    (void)cu.easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(has_body ? body_len : 0));
   }
-  const CURLcode rc = curl_easy_perform(c);
-  curl_slist_free_all(headers);
+  const CURLcode rc = cu.easy_perform(c);
+  cu.slist_free_all(headers);
   if (rc != CURLE_OK) {
-    std::string why = curl_easy_strerror(rc);
+    std::string why = cu.easy_strerror(rc);
     if (t.too_big) why = "the response is larger than " + std::to_string(req.max_body) + " bytes";
     if (!t.sink_error.empty()) why = t.sink_error;
     if (t.stalled) why = "no data for " + std::to_string(impl_->options.stall_seconds) + " s (stalled)";
@@ -224,41 +230,47 @@ Result<HttpResponse> Http::perform(const HttpRequest& req, bool* transient) {
     }
     return make_error(req.method + " " + req.url + ": " + why);
   }
-  (void)curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+  (void)cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
   return resp;
 }
 
 std::string resolve_url(const std::string& base, const std::string& location) {
-  CURLU* u = curl_url();
+  auto api = curl_api();
+  if (!api) return "";
+  const CurlApi& cu = **api;
+  CURLU* u = cu.url();
   if (u == nullptr) return "";
   std::string out;
-  if (curl_url_set(u, CURLUPART_URL, base.c_str(), 0) == CURLUE_OK &&
-      curl_url_set(u, CURLUPART_URL, location.c_str(), 0) == CURLUE_OK) {
+  if (cu.url_set(u, CURLUPART_URL, base.c_str(), 0) == CURLUE_OK &&
+      cu.url_set(u, CURLUPART_URL, location.c_str(), 0) == CURLUE_OK) {
     char* s = nullptr;
-    if (curl_url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK && s != nullptr) out = s;
-    curl_free(s);
+    if (cu.url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK && s != nullptr) out = s;
+    cu.curl_free_(s);
   }
-  curl_url_cleanup(u);
+  cu.url_cleanup(u);
   return out;
 }
 
 std::string url_origin(const std::string& url) {
-  CURLU* u = curl_url();
+  auto api = curl_api();
+  if (!api) return "";
+  const CurlApi& cu = **api;
+  CURLU* u = cu.url();
   if (u == nullptr) return "";
   std::string out;
   char* scheme = nullptr;
   char* host = nullptr;
   char* port = nullptr;
-  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+  if (cu.url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
+      cu.url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+      cu.url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+      cu.url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
     out = lower(std::string(scheme) + "://" + host + ":" + port);
   }
-  curl_free(scheme);
-  curl_free(host);
-  curl_free(port);
-  curl_url_cleanup(u);
+  cu.curl_free_(scheme);
+  cu.curl_free_(host);
+  cu.curl_free_(port);
+  cu.url_cleanup(u);
   return out;
 }
 
