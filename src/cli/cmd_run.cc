@@ -18,6 +18,7 @@
 #include "manifest/manifest.h"
 #include "moon/store.h"
 #include "oci/reference.h"
+#include "policy/grant_proposal.h"
 #include "policy/policy.h"
 #include "scope/events.h"
 #include "supervisor/run.h"
@@ -74,6 +75,26 @@ void print_stop(const supervisor::RunReport& r) {
 // At most this many distinct lines in the summary; the rest are in the Moon (scope query).
 constexpr size_t kMaxSummaryLines = 50;
 
+// The summary's last lines (issue #13): what to add to the manifest to allow what was
+// denied, when it can be known (policy/grant_proposal.h decides; docs/cli.md shows them).
+void print_grant_hints(const supervisor::RunReport& r) {
+  std::vector<policy::DeniedAttempt> attempts;
+  attempts.reserve(r.violations.size() + r.violation_aggregates.size());
+  auto attempt_of = [](const supervisor::Violation& v, uint64_t n) {
+    return policy::DeniedAttempt{v.surface, v.access, v.resource, v.errno_name, v.detail, n};
+  };
+  for (const auto& v : r.violations) attempts.push_back(attempt_of(v, 1));
+  for (const auto& a : r.violation_aggregates) attempts.push_back(attempt_of(a.first, a.count));
+  const policy::GrantProposals proposals = policy::propose_grants(attempts);
+  for (const auto& p : proposals.items) std::fprintf(stderr, "  %s\n", policy::hint_line(p).c_str());
+  const uint64_t left_out = proposals.omitted + r.violations_dropped;
+  if (left_out > 0) {
+    std::fprintf(stderr, "  ... the hints are bounded: %llu more denied resources or attempts have none here; `soyaos pack learn` "
+                         "proposes a whole manifest\n",
+                 static_cast<unsigned long long>(left_out));
+  }
+}
+
 // Every agent-chosen string is escaped (E7): an escape sequence in a path must not erase
 // this summary or paint a fake one.
 void print_summary(const supervisor::RunReport& r) {
@@ -118,6 +139,7 @@ void print_summary(const supervisor::RunReport& r) {
                      : "",
                  r.run_id.c_str());
   }
+  print_grant_hints(r);
 }
 
 // T7: the output directory must be new or empty, and writable, before anything starts (a
