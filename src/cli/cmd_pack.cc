@@ -6,6 +6,7 @@ namespace soyaos::cli {
 void register_pack_commands(CLI::App& app, CliContext& ctx) {
   auto* pack = app.add_subcommand("pack", "Validate, lint, push and pull SoyaPacks");
   pack->require_subcommand(1);
+  register_pack_init(*pack, ctx);
   register_pack_validate(*pack, ctx);
   register_pack_lint(*pack, ctx);
   register_pack_registry(*pack, ctx);

@@ -44,6 +44,13 @@ bool is_standard_fs_path(const std::string& p) {
   return p == "/workdir" || p == "/workdir/inputs" || p == "/workdir/out";
 }
 
+// SP106 / SP113 do not ask a tool or an example for the standard paths, nor for a private
+// scratch path in fs.write (M6: the Comet's own tmpfs, empty at start and discarded at exit,
+// e.g. /tmp): it reaches nothing of the host's, and tempfile, caches and HOME need it.
+bool exempt_from_use(const std::string& p, bool write) {
+  return is_standard_fs_path(p) || (write && manifest::is_private_scratch(p));
+}
+
 bool is_http_kind(ToolKind k) {
   switch (k) {
     case ToolKind::http_get:
@@ -377,15 +384,16 @@ class Linter {
       add("SP105", fmt::format("{} declares `{}` but no tool uses it", e.key_path, triple(e.host, e.port, e.protocol)),
           e.key_path, e.mark);
     }
-    auto fs = [&](const std::vector<FsPath>& list, const std::vector<char>& used, const std::vector<char>& paired) {
+    auto fs = [&](const std::vector<FsPath>& list, const std::vector<char>& used, const std::vector<char>& paired,
+                  bool write) {
       for (std::size_t i = 0; i < list.size(); ++i) {
-        if (used[i] || paired[i] || is_standard_fs_path(list[i].path)) continue;
+        if (used[i] || paired[i] || exempt_from_use(list[i].path, write)) continue;
         add("SP106", fmt::format("{} declares `{}` but no tool uses it", list[i].key_path, list[i].path),
             list[i].key_path, list[i].mark);
       }
     };
-    fs(caps.fs_read, read_used_, read_paired_);
-    fs(caps.fs_write, write_used_, write_paired_);
+    fs(caps.fs_read, read_used_, read_paired_, false);
+    fs(caps.fs_write, write_used_, write_paired_, true);
   }
 
   // SP107 / SP108 (M6).
@@ -462,15 +470,16 @@ class Linter {
                                triple(e.host, e.port, e.protocol)),
           e.key_path, e.mark);
     }
-    auto fs = [&](const std::vector<FsPath>& list, const std::vector<char>& ex, const std::vector<char>& paired) {
+    auto fs = [&](const std::vector<FsPath>& list, const std::vector<char>& ex, const std::vector<char>& paired,
+                  bool write) {
       for (std::size_t i = 0; i < list.size(); ++i) {
-        if (ex[i] || paired[i] || is_standard_fs_path(list[i].path)) continue;
+        if (ex[i] || paired[i] || exempt_from_use(list[i].path, write)) continue;
         add("SP113", fmt::format("{} declares `{}` but no example exercises it", list[i].key_path, list[i].path),
             list[i].key_path, list[i].mark);
       }
     };
-    fs(caps.fs_read, read_ex, read_paired_);
-    fs(caps.fs_write, write_ex, write_paired_);
+    fs(caps.fs_read, read_ex, read_paired_, false);
+    fs(caps.fs_write, write_ex, write_paired_, true);
   }
 
   // SP114 / SP115: the tier the pack needs against the one it declares.

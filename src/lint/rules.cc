@@ -73,10 +73,13 @@ constexpr std::array<RuleInfo, 17> kRules = {{
      "capabilities:\n  egress:\n    - {host: api.example.com, port: 443, protocol: https}\n"
      "# warn  capabilities.egress[0] declares `api.example.com:443/https` but no tool uses it"},
     {"SP106", "fs-unused", Severity::warning, false,
-     "A declared fs path other than /workdir, /workdir/inputs and /workdir/out is used by no tool.",
+     "A declared fs path other than /workdir, /workdir/inputs, /workdir/out and private scratch is used by "
+     "no tool.",
      "Non-standard paths are extra mounts (tmpfs or operator data, C2); one no tool uses widens the "
      "agent's view for nothing. The standard paths are exempt: they are the pack, its input and its "
-     "output.",
+     "output; so are private scratch paths in fs.write (M6: /tmp, /home/agent, outside /workdir and the "
+     "runtime layer), the Comet's own tmpfs, empty at start and discarded at exit, which reach nothing "
+     "of the host's.",
      "Remove the path, or declare the builtin.fs_read / builtin.fs_write tool that uses it.",
      "capabilities:\n  fs: {read: [/data]}\n"
      "# warn  capabilities.fs.read[0] declares `/data` but no tool uses it"},
@@ -124,8 +127,8 @@ constexpr std::array<RuleInfo, 17> kRules = {{
      "examples:\n  - {name: basic, tools: []}\n"
      "# err   capabilities.egress[0] declares `api.example.com:443/https` but no example exercises it"},
     {"SP113", "fs-not-exercised", Severity::error, true,
-     "(--strict) A declared fs path other than /workdir, /workdir/inputs and /workdir/out is exercised "
-     "by no example (through the tools it lists).",
+     "(--strict) A declared fs path other than /workdir, /workdir/inputs, /workdir/out and private "
+     "scratch (SP106) is exercised by no example (through the tools it lists).",
      "As SP112, for filesystem capabilities.",
      "List the tool that reads or writes the path in an example's `tools:`, or remove the path.",
      "capabilities:\n  fs: {read: [/data]}\n"

@@ -349,6 +349,21 @@ TEST(LintTier, PrivateScratchIsNotASideEffect) {
   EXPECT_EQ(count_rule(loose, "SP114"), 1);
 }
 
+TEST(LintTier, PrivateScratchNeedsNoToolNorExample) {
+  // M6 scratch (/tmp, /home/agent) is the Comet's own tmpfs: like the standard paths, neither
+  // SP106 nor, under --strict, SP113 asks a tool or an example for it (`pack init` declares
+  // /tmp). A non-scratch write path, and a read path, still need one.
+  auto f = Pack().write("/workdir/out").write("/tmp").write("/home/agent").lint(true);
+  EXPECT_EQ(count_rule(f, "SP106"), 0);
+  EXPECT_EQ(count_rule(f, "SP113"), 0);
+  auto g = Pack().tier(Tier::side_effect).write("/workdir/cache").lint(true);
+  EXPECT_EQ(count_rule(g, "SP106"), 1);
+  EXPECT_EQ(count_rule(g, "SP113"), 1);
+  auto r = Pack().read("/tmp").lint(true);
+  EXPECT_EQ(count_rule(r, "SP106"), 1);
+  EXPECT_EQ(count_rule(r, "SP113"), 1);
+}
+
 // ---- strict ----
 
 TEST(LintStrict, StrictRulesOffByDefault) {
