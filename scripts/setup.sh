@@ -16,6 +16,7 @@ PACKAGES=(
   bubblewrap hyperfine      # benchmark peers
   libcurl4-openssl-dev      # the OCI registry client (src/oci)
   docker-registry apache2-utils skopeo  # tests: a real registry, htpasswd, interop
+  minisign                  # interop tests of pack signatures (src/common/minisign.h)
 )
 
 missing=()

@@ -11,6 +11,7 @@ void register_pack_commands(CLI::App& app, CliContext& ctx) {
   register_pack_lint(*pack, ctx);
   register_pack_registry(*pack, ctx);
   register_pack_test(*pack, ctx);
+  register_pack_sign(*pack, ctx);
 }
 
 }  // namespace soyaos::cli

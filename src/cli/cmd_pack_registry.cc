@@ -158,6 +158,8 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
   bool flagged = false;
   for (const auto& f : *flags) flagged = flagged || f.active;
   const json summary = secrets_summary(p->manifest);
+  auto consent = inspect_consent(p->oci_manifest, format == "json");  // C12: signatures, approvals
+  if (!consent) return fail("inspect", consent.error());
   if (format == "json") {
     json fl = json::array();
     for (const auto& f : *flags) {
@@ -188,6 +190,8 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
                 {"flags", std::move(fl)},
                 {"secrets", summary["secrets"]},
                 {"http_rules", summary["http_rules"]},
+                {"signatures", json::parse(*consent)["signatures"]},
+                {"approvals", json::parse(*consent)["approvals"]},
                 {"manifest", manifest ? *manifest : json(nullptr)},
                 {"manifest_text", p->manifest}};
     std::printf("%s\n", doc.dump(2).c_str());
@@ -239,6 +243,7 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
                   e["protocol"].get<std::string>().c_str(), escape_for_terminal(rules).c_str());
     }
   }
+  std::fputs(consent->c_str(), stdout);
   std::printf("manifest:\n");
   std::string line;
   for (char c : p->manifest) {

@@ -35,6 +35,7 @@ void register_pack_lint(CLI::App& pack, CliContext& ctx);      // cmd_pack_lint.
 void register_pack_registry(CLI::App& pack, CliContext& ctx);  // cmd_pack_registry.cc: push, pull, list, inspect, unflag
 void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.cc
 void register_pack_init(CLI::App& pack, CliContext& ctx);      // cmd_pack_init.cc
+void register_pack_sign(CLI::App& pack, CliContext& ctx);      // cmd_pack_sign.cc: sign, diff
 void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
 void register_scope_verify(CLI::App& scope, CliContext& ctx);  // cmd_scope_verify.cc: scope verify
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
@@ -55,6 +56,11 @@ Result<std::string> audit_record_lines(const std::filesystem::path& home, const 
 // Prints the findings (at most 1,000 lines, then how many more) and `ok` or `N problems`
 // on stdout; `verified` goes to stderr after `ok`. False when stdout cannot be written.
 bool print_findings(const std::vector<std::string>& findings, const std::string& verified);
+
+// cmd_pack_sign.cc, for `pack inspect`: the signatures and approvals the Moon holds for an
+// OCI manifest digest: a JSON object {"signatures": [...], "approvals": [...]} as text, or
+// the lines to print ("" when there are none).
+Result<std::string> inspect_consent(const std::string& manifest_digest, bool as_json);
 
 // `config_digest`, when given, gets "sha256:…" of the file's bytes or "none" (E5).
 bool load_operator_network(const std::filesystem::path& home, policy::OperatorNetwork& network,

@@ -83,7 +83,7 @@ class ConfigParser {
   ConfigParser(const std::string& file, std::vector<Diagnostic>& errors) : file_(file), errors_(errors) {}
 
   void parse(const YNode& root, MoonConfig& c) {
-    auto top = fields(root, "", {"dns", "egress", "proxy", "registries", "tls"});
+    auto top = fields(root, "", {"dns", "egress", "proxy", "registries", "tls", "trust"});
     if (!top) return;
     for (const auto& [key, v] : *top) {
       if (key == "dns") parse_dns(*v, c.network);
@@ -91,6 +91,7 @@ class ConfigParser {
       if (key == "proxy") parse_proxy(*v, c);
       if (key == "tls") parse_tls(*v, c);
       if (key == "registries") parse_registries(*v, c);
+      if (key == "trust") parse_trust(*v, c);
     }
   }
 
@@ -433,6 +434,72 @@ class ConfigParser {
     }
   }
 
+  // trust: scopes and key paths here; load_moon_config reads and parses each key.
+  void parse_trust(const YNode& n, MoonConfig& c) {
+    if (list(n, "trust", "{scope, keys} entries") == nullptr) return;
+    std::map<std::string, Mark> seen;
+    for (std::size_t i = 0; i < n.items.size(); ++i) {
+      const YNode& item = n.items[i];
+      const std::string ipath = index("trust", i);
+      auto f = fields(item, ipath, {"scope", "keys"});
+      if (!f) continue;
+      MoonConfig::TrustRule rule;
+      rule.mark = item.mark;
+      rule.key_path = ipath;
+      bool has_scope = false, has_keys = false;
+      for (const auto& [key, v] : *f) {
+        const std::string kpath = join(ipath, key);
+        if (key == "scope") {
+          auto s = string(*v, kpath);
+          if (!s) continue;
+          // REGISTRY/REPO: a registry host (and port), a '/', a repository; '*' only last.
+          const auto slash = s->find('/');
+          const auto star = s->find('*');
+          const bool ok = slash != std::string::npos && slash > 0 && slash + 1 < s->size() &&
+                          (star == std::string::npos || star == s->size() - 1) &&
+                          s->find_first_of(" \t\r\n@") == std::string::npos && (*s)[slash + 1] != '*';
+          if (!ok) {
+            error(v->mark, kpath, quote(*s) + " must be REGISTRY/REPOSITORY or REGISTRY/PREFIX* ('*' only at the end)");
+            continue;
+          }
+          if (const auto it = seen.find(*s); it != seen.end()) {
+            error(v->mark, kpath, "duplicate scope (first defined at " + std::to_string(it->second.line) + ":" +
+                                      std::to_string(it->second.column) + ")");
+            continue;
+          }
+          seen.emplace(*s, v->mark);
+          rule.scope = *s;
+          has_scope = true;
+        } else if (key == "keys") {
+          if (list(*v, kpath, "minisign public key files") == nullptr) continue;
+          if (v->items.empty()) {
+            error(v->mark, kpath, "must list at least one public key file");
+            continue;
+          }
+          for (std::size_t k = 0; k < v->items.size(); ++k) {
+            auto p = string(v->items[k], index(kpath, k));
+            if (!p) continue;
+            if (p->empty() || p->find('\0') != std::string::npos) {
+              error(v->items[k].mark, index(kpath, k), "must be a file path");
+              continue;
+            }
+            rule.key_files.push_back(*p);
+          }
+          has_keys = !rule.key_files.empty();
+        }
+      }
+      // A key that is present but invalid was reported above; one that is absent, here.
+      bool saw_scope = false, saw_keys = false;
+      for (const auto& entry : *f) {
+        saw_scope = saw_scope || entry.first == "scope";
+        saw_keys = saw_keys || entry.first == "keys";
+      }
+      if (!saw_scope) error(item.mark, ipath, "missing scope (REGISTRY/REPOSITORY or REGISTRY/PREFIX*)");
+      if (!saw_keys) error(item.mark, ipath, "missing keys (minisign public key files)");
+      if (has_scope && has_keys) c.trust.push_back(std::move(rule));
+    }
+  }
+
   // tls.ca_files: paths only here; load_moon_config reads and checks each file.
   void parse_ca_files(const YNode& n, MoonConfig& c) {
     const std::string path = "tls.ca_files";
@@ -669,7 +736,44 @@ MoonConfigLoad load_moon_config(const fs::path& home) {
     return result;
   }
   result.config->network.tls_ca_files = std::move(resolved);
+  // trust keys: each read and parsed now, so a missing or garbled key stops every pull
+  // and run with its line:column instead of refusing packs for an unclear reason.
+  for (auto& rule : result.config->trust) {
+    for (std::size_t k = 0; k < rule.key_files.size(); ++k) {
+      const fs::path p = fs::path(rule.key_files[k]).is_absolute() ? fs::path(rule.key_files[k]) : base / rule.key_files[k];
+      const std::string kpath = rule.key_path + ".keys[" + std::to_string(k) + "]";
+      std::string text;
+      int key_errno = 0;
+      std::string problem = read_regular_file(p, std::size_t{64} * 1024, text, &key_errno);
+      if (problem.empty()) {
+        auto key = minisign::parse_public_key(text);
+        if (key) {
+          rule.keys.push_back(*key);
+          continue;
+        }
+        problem = key.error().message;
+      }
+      result.errors.push_back(Diagnostic{file, rule.mark, kpath, quote(p.string()) + ": " + problem});
+    }
+  }
+  if (!result.errors.empty()) result.config.reset();
   return result;
+}
+
+bool trust_scope_matches(std::string_view scope, std::string_view repository) {
+  if (!scope.empty() && scope.back() == '*') {
+    scope.remove_suffix(1);
+    return repository.substr(0, scope.size()) == scope;
+  }
+  return scope == repository;
+}
+
+std::vector<const MoonConfig::TrustRule*> MoonConfig::trust_for(std::string_view repository) const {
+  std::vector<const TrustRule*> out;
+  for (const auto& r : trust) {
+    if (trust_scope_matches(r.scope, repository)) out.push_back(&r);
+  }
+  return out;
 }
 
 }  // namespace soyaos::moon

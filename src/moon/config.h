@@ -19,6 +19,9 @@
 //     ca_files: [/etc/soyaos/test-ca.pem]   # relative paths: from moon.yaml's directory
 //   registries:
 //     insecure: ["127.0.0.1:5000"]          # HOST:PORT spoken to over plain http (C12)
+//   trust:                           # C12: who must have signed the packs of a registry scope
+//     - scope: "registry.example.com/team/*"
+//       keys: [keys/team.pub]        # minisign public keys; relative: from moon.yaml's directory
 //
 // Parsed with the manifest stage's bounded YAML tree (same limits: no anchors, aliases or
 // tags, bounded depth and node count, 4 MiB) and the same strictness: unknown and
@@ -32,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/minisign.h"
 #include "manifest/manifest.h"
 #include "policy/operator_network.h"
 
@@ -60,7 +64,24 @@ struct MoonConfig {
   std::vector<CaFile> ca_files;
   // registries.insecure: HOST:PORT (as references name the registry), plain http (C12).
   std::vector<std::string> insecure_registries;
+  // trust (C12): a pack whose repository ("REGISTRY/REPO") a scope matches must carry a
+  // signature by one of that scope's keys; when several scopes match, every one of them
+  // must be satisfied. `keys` is filled by load_moon_config (parse_moon_config leaves it
+  // empty and keeps the paths as written).
+  struct TrustRule {
+    std::string scope;                       // "REGISTRY/REPO" or "REGISTRY/REPO-PREFIX*"
+    std::vector<std::string> key_files;      // as written
+    std::vector<minisign::PublicKey> keys;   // read and parsed
+    manifest::Mark mark;
+    std::string key_path;                    // "trust[i]"
+  };
+  std::vector<TrustRule> trust;
+  // The rules whose scope matches `repository` ("REGISTRY/REPO", no tag or digest).
+  [[nodiscard]] std::vector<const TrustRule*> trust_for(std::string_view repository) const;
 };
+
+// A trust scope matches a repository: exactly, or by prefix when it ends in '*'.
+bool trust_scope_matches(std::string_view scope, std::string_view repository);
 
 struct MoonConfigLoad {
   std::optional<MoonConfig> config;  // set only when there are no errors

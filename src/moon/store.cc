@@ -135,6 +135,34 @@ CREATE INDEX IF NOT EXISTS events_run_uid ON events
 CREATE INDEX IF NOT EXISTS events_actor_uid ON events (CAST(json_extract(json, '$.data.actor.uid') AS TEXT));
 )sql";
 
+// Schema 6 (C12): pack signatures (by the OCI manifest digest they cover) and the
+// operator's approvals of pack versions' capabilities (store_consent.cc).
+const char* const kSchemaV6 = R"sql(
+CREATE TABLE IF NOT EXISTS signatures (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  manifest_digest TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  signature TEXT NOT NULL,
+  reference TEXT NOT NULL,
+  added_at TEXT NOT NULL,
+  by_uid INTEGER NOT NULL,
+  by_user TEXT NOT NULL,
+  UNIQUE (manifest_digest, signature)
+);
+CREATE TABLE IF NOT EXISTS approvals (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  repository TEXT NOT NULL,
+  digest TEXT NOT NULL,
+  reference TEXT NOT NULL,
+  manifest TEXT NOT NULL,
+  approved_at TEXT NOT NULL,
+  by_uid INTEGER NOT NULL,
+  by_user TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approvals_by_repository ON approvals (repository, id);
+CREATE INDEX IF NOT EXISTS approvals_by_digest ON approvals (digest);
+)sql";
+
 Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
   return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
 }
@@ -316,6 +344,11 @@ Status Store::init_schema() {
   if (*v == 4) {
     if (auto s = exec(db_, path_, kSchemaV5, "upgrade the schema to version 5"); !s) return s;
     if (auto s = exec(db_, path_, "PRAGMA user_version=5", "set the schema version"); !s) return s;
+    *v = 5;
+  }
+  if (*v == 5) {
+    if (auto s = exec(db_, path_, kSchemaV6, "upgrade the schema to version 6"); !s) return s;
+    if (auto s = exec(db_, path_, "PRAGMA user_version=6", "set the schema version"); !s) return s;
   }
   if (auto s = txn.commit(); !s) return s;
   return flush_head();

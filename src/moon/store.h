@@ -25,7 +25,7 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 namespace chain {
 class MoonKey;
@@ -74,6 +74,32 @@ struct FlagRecord {
   Actor cleared_by;             // who ran `soyaos pack unflag`
   std::string cleared_reason;   // its --reason
   bool active = false;          // not cleared
+};
+
+// A pack signature the Moon holds (C12): made by `soyaos pack sign`, or verified and kept
+// at a pull so that a later run checks it offline. The signature covers the bytes of the
+// OCI image manifest whose digest is `manifest_digest` (docs/registry.md "Signatures").
+struct SignatureRecord {
+  int64_t id = 0;
+  std::string manifest_digest;  // "sha256:HEX" of the OCI image manifest signed
+  std::string key_id;           // minisign key id, 16 upper-case hex digits
+  std::string signature;        // the .minisig text
+  std::string reference;        // what was signed or pulled (NAME@VERSION or REGISTRY/REPO@DIGEST)
+  std::string added_at;         // RFC 3339 UTC
+  Actor by;                     // who signed or pulled
+};
+
+// The operator's consent to a pack version's capabilities (C12): `soyaos pack approve`,
+// `pack pull --approve` or a yes on a terminal. A later version of `repository` is diffed
+// against the manifest of the newest approval; one that widens it is not run until approved.
+struct ApprovalRecord {
+  int64_t id = 0;               // insertion order: the newest approval of a repository is the highest id
+  std::string repository;       // "REGISTRY/REPO" (a local pack: its NAME)
+  std::string digest;           // "sha256:HEX" of the OCI image manifest approved
+  std::string reference;        // as the operator named it
+  std::string manifest;         // the soyapack.yaml approved (what later versions are diffed against)
+  std::string approved_at;      // RFC 3339 UTC
+  Actor by;
 };
 
 // One stored Scope event.
@@ -143,6 +169,19 @@ class Store {
   // transaction; nothing is appended when there was nothing to clear. Returns how many.
   Result<int> clear_flags(const std::string& name, const std::string& version, const std::string& digest,
                           const Actor& actor, const std::string& reason, nlohmann::ordered_json unflagged_event);
+
+  // ---- signatures and approvals (C12; store_consent.cc) ----
+  // Stores the signature and appends `event` (when not null) in one transaction; false,
+  // nothing written, when the same signature of the same digest is there already.
+  Result<bool> add_signature(const SignatureRecord& sig, const nlohmann::ordered_json& event);
+  // The signatures held for an OCI manifest digest, oldest first.
+  Result<std::vector<SignatureRecord>> signatures(const std::string& manifest_digest);
+  // Records the approval and appends `event` in one transaction.
+  Status add_approval(const ApprovalRecord& approval, const nlohmann::ordered_json& event);
+  // The newest approval of `repository`, nullopt when it has none.
+  Result<std::optional<ApprovalRecord>> last_approval(const std::string& repository);
+  // The approvals of `digest` (any repository), oldest first.
+  Result<std::vector<ApprovalRecord>> approvals_of(const std::string& digest);
 
   // ---- manifests of runs (E5) ----
   // Keeps `text` (a run's soyapack.yaml bytes) under "sha256:" + its sha256, once;

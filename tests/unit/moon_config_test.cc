@@ -258,7 +258,7 @@ colour: blue
       "moon.yaml:22:7: error: proxy.allow[3].host: required key is missing",
       "moon.yaml:22:7: error: proxy.allow[3].protocol: required key is missing",
       "moon.yaml:23:7: error: proxy.allow[4]: must be a mapping, got a scalar",
-      "moon.yaml:24:1: error: colour: unknown key (allowed: dns egress proxy registries tls)",
+      "moon.yaml:24:1: error: colour: unknown key (allowed: dns egress proxy registries tls trust)",
   };
   EXPECT_EQ(errors_of(text), want);
 }

@@ -1,0 +1,280 @@
+// `soyaos pack sign REF --key FILE` and `soyaos pack diff A B` (SPEC.md C12,
+// docs/registry.md "Signatures and trust", docs/cli.md).
+//
+// sign: a minisign signature (common/minisign.h) of the pack's OCI image manifest, the
+// bytes whose sha256 is the pack's manifest digest; for a local NAME@VERSION it is kept in
+// the Moon (and written to -o FILE), so `minisign -V -m HOME/oci/blobs/sha256/HEX`
+// verifies it. Exit 0 signed, 1 failed, 2 usage.
+//
+// diff: what B may do that A may not, and the reverse (policy/capability_diff.h). A and B
+// are pack directories or local NAME@VERSION. Exit 0; with --exit-code, 1 when B is wider
+// than A (the question a review gate asks); 2 usage or an unreadable pack.
+#include <termios.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "common/digest.h"
+#include "common/minisign.h"
+#include "common/secret_bytes.h"
+#include "common/text.h"
+#include "manifest/manifest.h"
+#include "moon/backend.h"
+#include "moon/consent.h"
+#include "moon/registry.h"
+#include "policy/capability_diff.h"
+
+namespace soyaos::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+// The environment variable a signing key's password may come from (CI); else stdin.
+constexpr const char* kPasswordEnv = "SOYAOS_KEY_PASSWORD";
+constexpr size_t kMaxKeyFileBytes = size_t{64} * 1024;
+
+Result<std::string> read_small_file(const fs::path& p, size_t max, const char* what) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return make_error(std::string(what) + " " + p.string() + ": not a regular file");
+  const auto size = fs::file_size(p, ec);
+  if (ec) return make_error(std::string(what) + " " + p.string() + ": " + ec.message());
+  if (size > max) return make_error(std::string(what) + " " + p.string() + ": larger than " + std::to_string(max) + " bytes");
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return errno_error(std::string("open ") + what + " " + p.string());
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return text;
+}
+
+// $SOYAOS_KEY_PASSWORD; else a line typed without echo on a terminal; else stdin to its
+// end. One trailing newline is dropped.
+Result<SecretBytes> read_password() {
+  if (const char* env = std::getenv(kPasswordEnv); env != nullptr && *env != '\0') return SecretBytes::copy_of(env);
+  struct termios saved {};
+  const bool tty = ::isatty(STDIN_FILENO) == 1 && ::tcgetattr(STDIN_FILENO, &saved) == 0;
+  if (!tty) {
+    auto v = SecretBytes::read_all(STDIN_FILENO, "stdin");
+    if (v) v->drop_trailing_newline();
+    return v;
+  }
+  std::fputs("Password of the secret key: ", stderr);
+  (void)std::fflush(stderr);
+  struct termios quiet = saved;
+  quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+  quiet.c_lflag |= ICANON;
+  if (::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet) != 0) return errno_error("turn off the terminal's echo");
+  auto v = SecretBytes::read_all(STDIN_FILENO, "the terminal", /*one_line=*/true);
+  (void)::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
+  std::fputc('\n', stderr);
+  if (v) v->drop_trailing_newline();
+  return v;
+}
+
+Result<minisign::SecretKey> load_secret_key(const std::string& file) {
+  auto text = read_small_file(file, kMaxKeyFileBytes, "secret key");
+  if (!text) return text.error();
+  auto parsed = minisign::parse_secret_key(*text);
+  if (!parsed) return make_error(file + ": " + parsed.error().message);
+  if (!parsed->encrypted) return minisign::decrypt(*parsed, "");
+  auto password = read_password();
+  if (!password) return password.error();
+  auto key = minisign::decrypt(*parsed, password->view());
+  if (!key) return make_error(file + ": " + key.error().message);
+  return key;
+}
+
+int sign_fail(const Error& e) {
+  std::fprintf(stderr, "soyaos pack sign: %s\n", e.describe().c_str());
+  return 1;
+}
+
+int run_sign(const std::string& ref_text, const std::string& key_file, const std::string& out) {
+  std::string why;
+  auto ref = moon::parse_ref(ref_text, why);
+  if (!ref) {
+    std::fprintf(stderr, "soyaos pack sign: %s\n", why.c_str());
+    return kExitUsage;
+  }
+  auto home = moon::default_home();
+  if (!home) return sign_fail(home.error());
+  auto reg = moon::Registry::open(*home);
+  if (!reg) return sign_fail(reg.error());
+  auto pack = reg->get(*ref);
+  if (!pack) return sign_fail(pack.error());
+  // The OCI image manifest as stored, checked against its digest before it is signed.
+  const std::string& digest = pack->oci_manifest;
+  const fs::path blob = *home / "oci" / "blobs" / "sha256" / digest.substr(digest.find(':') + 1);
+  auto bytes = read_small_file(blob, manifest::kMaxManifestBytes, "OCI manifest");
+  if (!bytes) return sign_fail(bytes.error());
+  if ("sha256:" + sha256_hex(*bytes) != digest)
+    return sign_fail(make_error("the stored OCI manifest " + blob.string() + " does not match its digest " + digest +
+                                " (soyaos moon check)"));
+  auto key = load_secret_key(key_file);
+  if (!key) return sign_fail(key.error());
+  auto text = minisign::sign(*key, *bytes, moon::signature_trusted_comment(ref->str(), digest),
+                             "signature from soyaos pack sign");
+  if (!text) return sign_fail(text.error());
+  moon::SignatureRecord rec;
+  rec.manifest_digest = digest;
+  rec.key_id = minisign::key_id_hex(key->key_id);
+  rec.signature = *text;
+  rec.reference = ref->str();
+  rec.by = moon::current_actor();
+  json data = {{"reference", ref->str()},
+               {"manifest_digest", digest},
+               {"key_id", rec.key_id},
+               {"actor", moon::actor_to_json(rec.by)}};
+  auto added = reg->store().add_signature(
+      rec, moon::pack_event("pack_signed", ref->name, ref->version, pack->tree_digest, std::move(data)));
+  if (!added) return sign_fail(added.error());
+  if (!out.empty()) {
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    f << *text;
+    f.close();
+    if (!f) return sign_fail(make_error("write " + out));
+  }
+  std::printf("signed  %s  %s  key %s\n", ref->str().c_str(), digest.c_str(), rec.key_id.c_str());
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+// A side of a diff: a pack directory, or NAME@VERSION in the Moon.
+struct Side {
+  std::string label;
+  manifest::Manifest manifest;
+};
+
+Result<Side> load_side(const std::string& text) {
+  std::error_code ec;
+  if (fs::is_directory(text, ec)) {
+    auto loaded = manifest::load_pack(text);
+    if (!loaded.manifest) {
+      std::string first = loaded.errors.empty() ? "invalid manifest" : loaded.errors.front().format();
+      return make_error(text + ": " + first);
+    }
+    return Side{text, std::move(*loaded.manifest)};
+  }
+  std::string why;
+  auto ref = moon::parse_ref(text, why);
+  if (!ref) {
+    if (text.find('/') != std::string::npos)
+      return make_error(text + ": not a pack directory, and remote references are not supported by this build");
+    return make_error(text + ": neither a pack directory nor NAME@VERSION (" + why + ")");
+  }
+  auto home = moon::default_home();
+  if (!home) return home.error();
+  auto reg = moon::open_moon(*home);
+  if (!reg) return reg.error();
+  auto pack = (*reg)->get(*ref);
+  if (!pack) return pack.error();
+  auto parsed = manifest::parse_manifest(pack->manifest, ref->str() + ":soyapack.yaml");
+  if (!parsed.manifest) return make_error(ref->str() + ": its stored manifest does not parse");
+  return Side{ref->str(), std::move(*parsed.manifest)};
+}
+
+int run_diff(const std::string& a_text, const std::string& b_text, bool exit_code, const std::string& format) {
+  auto a = load_side(a_text);
+  if (!a) {
+    std::fprintf(stderr, "soyaos pack diff: %s\n", a.error().describe().c_str());
+    return kExitUsage;
+  }
+  auto b = load_side(b_text);
+  if (!b) {
+    std::fprintf(stderr, "soyaos pack diff: %s\n", b.error().describe().c_str());
+    return kExitUsage;
+  }
+  const auto diff = policy::diff_capabilities(a->manifest, b->manifest);
+  if (format == "json") {
+    json doc = {{"a", valid_utf8(a->label)}, {"b", valid_utf8(b->label)}};
+    const json body = moon::diff_json(diff);
+    for (const auto& [k, v] : body.items()) doc[k] = v;
+    std::printf("%s\n", doc.dump(2).c_str());
+  } else {
+    std::printf("--- %s\n+++ %s\n%s", escape_for_terminal(a->label).c_str(), escape_for_terminal(b->label).c_str(),
+                policy::format_diff_text(diff).c_str());
+  }
+  if (std::fflush(stdout) != 0) return 1;
+  return exit_code && diff.wider() ? 1 : 0;
+}
+
+}  // namespace
+
+Result<std::string> inspect_consent(const std::string& manifest_digest, bool as_json) {
+  auto home = moon::default_home();
+  if (!home) return home.error();
+  auto store = moon::Store::open(*home);
+  if (!store) return store.error();
+  auto sigs = store->signatures(manifest_digest);
+  if (!sigs) return sigs.error();
+  auto approvals = store->approvals_of(manifest_digest);
+  if (!approvals) return approvals.error();
+  auto who = [](const moon::Actor& a) { return a.user.empty() ? "uid " + std::to_string(a.uid) : a.user; };
+  if (as_json) {
+    json s = json::array(), a = json::array();
+    for (const auto& r : *sigs) {
+      s.push_back({{"key_id", r.key_id},
+                   {"reference", valid_utf8(r.reference)},
+                   {"added_at", r.added_at},
+                   {"by", moon::actor_to_json(r.by)},
+                   {"signature", valid_utf8(r.signature)}});
+    }
+    for (const auto& r : *approvals) {
+      a.push_back({{"repository", valid_utf8(r.repository)},
+                   {"reference", valid_utf8(r.reference)},
+                   {"approved_at", r.approved_at},
+                   {"by", moon::actor_to_json(r.by)}});
+    }
+    return json{{"signatures", std::move(s)}, {"approvals", std::move(a)}}.dump();
+  }
+  std::string out;
+  if (!sigs->empty()) {
+    out += "signatures:\n";
+    for (const auto& r : *sigs)
+      out += "  " + r.key_id + "  " + r.added_at + "  by " + escape_for_terminal(who(r.by)) + "\n";
+  }
+  if (!approvals->empty()) {
+    out += "approvals:\n";
+    for (const auto& r : *approvals) {
+      out += "  " + r.approved_at + "  by " + escape_for_terminal(who(r.by)) + "  " +
+             escape_for_terminal(r.repository) + "\n";
+    }
+  }
+  return out;
+}
+
+void register_pack_sign(CLI::App& pack, CliContext& ctx) {
+  {
+    auto ref = std::make_shared<std::string>();
+    auto key = std::make_shared<std::string>();
+    auto out = std::make_shared<std::string>();
+    auto* cmd = pack.add_subcommand("sign", "Sign a pack's manifest digest with a minisign key (kept in the Moon)");
+    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    cmd->add_option("--key", *key,
+                    "minisign secret key file (minisign -G; its password from $SOYAOS_KEY_PASSWORD or stdin)")
+        ->required();
+    cmd->add_option("-o,--output", *out, "Also write the signature (.minisig) to this file");
+    cmd->callback([ref, key, out, &ctx] { ctx.exit_code = run_sign(*ref, *key, *out); });
+  }
+  {
+    auto a = std::make_shared<std::string>();
+    auto b = std::make_shared<std::string>();
+    auto exit_code = std::make_shared<bool>(false);
+    auto format = std::make_shared<std::string>("text");
+    auto* cmd = pack.add_subcommand("diff", "Show the capabilities B adds or removes relative to A");
+    cmd->add_option("A", *a, "Pack directory or NAME@VERSION")->required();
+    cmd->add_option("B", *b, "Pack directory or NAME@VERSION")->required();
+    cmd->add_flag("--exit-code", *exit_code, "Exit 1 when B is wider than A (adds anything or raises a limit)");
+    cmd->add_option("--format", *format, "Output format: text (default) or json")
+        ->check(CLI::IsMember({"text", "json"}));
+    cmd->callback([a, b, exit_code, format, &ctx] { ctx.exit_code = run_diff(*a, *b, *exit_code, *format); });
+  }
+}
+
+}  // namespace soyaos::cli
