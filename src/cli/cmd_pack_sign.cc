@@ -1,4 +1,4 @@
-// `soyaos pack sign REF --key FILE` and `soyaos pack diff A B` (SPEC.md C12,
+// `soyaos pack sign REF --key FILE`, `soyaos pack diff A B`, `soyaos pack approve REF` (SPEC.md C12,
 // docs/registry.md "Signatures and trust", docs/cli.md).
 //
 // sign: a minisign signature (common/minisign.h) of the pack's OCI image manifest, the
@@ -6,8 +6,11 @@
 // the Moon (and written to -o FILE), so `minisign -V -m HOME/oci/blobs/sha256/HEX`
 // verifies it. Exit 0 signed, 1 failed, 2 usage.
 //
+// For a registry REF the signature is pushed as a referrer of the image manifest
+// (artifactType application/vnd.soyaos.pack.signature.v0) and kept in the Moon too.
+//
 // diff: what B may do that A may not, and the reverse (policy/capability_diff.h). A and B
-// are pack directories or local NAME@VERSION. Exit 0; with --exit-code, 1 when B is wider
+// are pack directories, local NAME@VERSION or registry references (config blob only). Exit 0; with --exit-code, 1 when B is wider
 // than A (the question a review gate asks); 2 usage or an unreadable pack.
 #include <termios.h>
 #include <unistd.h>
@@ -22,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/remote_gate.h"
 #include "common/digest.h"
 #include "common/minisign.h"
 #include "common/secret_bytes.h"
@@ -30,6 +34,9 @@
 #include "moon/backend.h"
 #include "moon/consent.h"
 #include "moon/registry.h"
+#include "oci/client.h"
+#include "oci/pack.h"
+#include "oci/reference.h"
 #include "policy/capability_diff.h"
 
 namespace soyaos::cli {
@@ -91,12 +98,85 @@ Result<minisign::SecretKey> load_secret_key(const std::string& file) {
   return key;
 }
 
+// A registry pack's manifest and config (no layer download), with a client for it.
+struct Remote {
+  oci::Client client;
+  oci::RemotePack pack;
+};
+Result<Remote> resolve_remote(const fs::path& home, const std::string& text) {
+  std::string why;
+  auto ref = oci::parse_reference(text, why);
+  if (!ref) return make_error(text + ": " + why);
+  auto opts = oci::options_for(home, ref->registry);
+  if (!opts) return opts.error();
+  auto client = oci::Client::open(ref->registry, std::move(*opts));
+  if (!client) return client.error();
+  auto pack = oci::resolve_pack(*client, *ref);
+  if (!pack) return pack.error();
+  return Remote{std::move(*client), std::move(*pack)};
+}
+
 int sign_fail(const Error& e) {
   std::fprintf(stderr, "soyaos pack sign: %s\n", e.describe().c_str());
   return 1;
 }
 
+// Writes the .minisig to `out` (when given).
+Status write_signature(const std::string& out, const std::string& text) {
+  if (out.empty()) return {};
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) return make_error("write " + out);
+  return {};
+}
+
+// A registry pack: the signature of its image manifest is pushed as a referrer (and kept
+// in the Moon, so this host's runs verify it offline).
+int run_sign_remote(const std::string& ref_text, const std::string& key_file, const std::string& out) {
+  auto home = moon::default_home();
+  if (!home) return sign_fail(home.error());
+  auto remote = resolve_remote(*home, ref_text);
+  if (!remote) return sign_fail(remote.error());
+  const auto& pack = remote->pack;
+  auto key = load_secret_key(key_file);
+  if (!key) return sign_fail(key.error());
+  const std::string reference = pack.ref.str();
+  auto text = minisign::sign(*key, pack.manifest_bytes, moon::signature_trusted_comment(reference, pack.manifest_digest),
+                             "signature from soyaos pack sign");
+  if (!text) return sign_fail(text.error());
+  oci::Descriptor subject;
+  subject.media_type = oci::kImageManifest;
+  subject.digest = pack.manifest_digest;
+  subject.size = pack.manifest_bytes.size();
+  const std::string key_id = minisign::key_id_hex(key->key_id);
+  auto pushed = remote->client.push_referrer(pack.ref.repository, subject, kSignatureArtifactType, *text,
+                                             kSignatureMediaType, json{{"org.soyaos.signature.key_id", key_id}});
+  if (!pushed) return sign_fail(pushed.error());
+  auto store = moon::Store::open(*home);
+  if (!store) return sign_fail(store.error());
+  moon::SignatureRecord rec;
+  rec.manifest_digest = pack.manifest_digest;
+  rec.key_id = key_id;
+  rec.signature = *text;
+  rec.reference = reference;
+  rec.by = moon::current_actor();
+  json data = {{"reference", valid_utf8(reference)},
+               {"manifest_digest", pack.manifest_digest},
+               {"key_id", key_id},
+               {"referrer", pushed->digest},
+               {"actor", moon::actor_to_json(rec.by)}};
+  auto added = store->add_signature(rec, moon::pack_event("pack_signed", pack.name, pack.version, pack.tree_digest,
+                                                          std::move(data)));
+  if (!added) return sign_fail(added.error());
+  if (auto st = write_signature(out, *text); !st) return sign_fail(st.error());
+  std::printf("signed  %s  %s  key %s  (referrer %s)\n", escape_for_terminal(reference).c_str(),
+              pack.manifest_digest.c_str(), key_id.c_str(), pushed->digest.c_str());
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
 int run_sign(const std::string& ref_text, const std::string& key_file, const std::string& out) {
+  if (oci::looks_remote(ref_text)) return run_sign_remote(ref_text, key_file, out);
   std::string why;
   auto ref = moon::parse_ref(ref_text, why);
   if (!ref) {
@@ -135,12 +215,7 @@ int run_sign(const std::string& ref_text, const std::string& key_file, const std
   auto added = reg->store().add_signature(
       rec, moon::pack_event("pack_signed", ref->name, ref->version, pack->tree_digest, std::move(data)));
   if (!added) return sign_fail(added.error());
-  if (!out.empty()) {
-    std::ofstream f(out, std::ios::binary | std::ios::trunc);
-    f << *text;
-    f.close();
-    if (!f) return sign_fail(make_error("write " + out));
-  }
+  if (auto st = write_signature(out, *text); !st) return sign_fail(st.error());
   std::printf("signed  %s  %s  key %s\n", ref->str().c_str(), digest.c_str(), rec.key_id.c_str());
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
@@ -161,15 +236,21 @@ Result<Side> load_side(const std::string& text) {
     }
     return Side{text, std::move(*loaded.manifest)};
   }
-  std::string why;
-  auto ref = moon::parse_ref(text, why);
-  if (!ref) {
-    if (text.find('/') != std::string::npos)
-      return make_error(text + ": not a pack directory, and remote references are not supported by this build");
-    return make_error(text + ": neither a pack directory nor NAME@VERSION (" + why + ")");
-  }
   auto home = moon::default_home();
   if (!home) return home.error();
+  if (oci::looks_remote(text)) {
+    // The manifest from the config blob: nothing is downloaded beyond it.
+    auto remote = resolve_remote(*home, text);
+    if (!remote) return remote.error();
+    const std::string manifest_text =
+        remote->pack.config_json.contains("manifest") ? remote->pack.config_json["manifest"].dump() : "";
+    auto parsed = manifest::parse_manifest(manifest_text, text + ":soyapack.yaml");
+    if (!parsed.manifest) return make_error(text + ": its manifest (config blob) does not parse");
+    return Side{remote->pack.ref.str(), std::move(*parsed.manifest)};
+  }
+  std::string why;
+  auto ref = moon::parse_ref(text, why);
+  if (!ref) return make_error(text + ": neither a pack directory nor NAME@VERSION (" + why + ")");
   auto reg = moon::open_moon(*home);
   if (!reg) return reg.error();
   auto pack = (*reg)->get(*ref);
@@ -202,6 +283,31 @@ int run_diff(const std::string& a_text, const std::string& b_text, bool exit_cod
   }
   if (std::fflush(stdout) != 0) return 1;
   return exit_code && diff.wider() ? 1 : 0;
+}
+
+int run_approve(const std::string& ref_text) {
+  if (!oci::looks_remote(ref_text)) {
+    std::fprintf(stderr,
+                 "soyaos pack approve: %s: not a registry reference (REGISTRY/REPO[:TAG|@DIGEST]); packs pushed "
+                 "from this machine need no approval\n",
+                 escape_for_terminal(ref_text).c_str());
+    return kExitUsage;
+  }
+  auto home = moon::default_home();
+  if (!home) return sign_fail(home.error());
+  auto remote = resolve_remote(*home, ref_text);
+  if (!remote) {
+    std::fprintf(stderr, "soyaos pack approve: %s\n", escape_for_terminal(remote.error().describe()).c_str());
+    return 1;
+  }
+  const GateDecision d = approve_remote_pack(remote->pack, remote->client, *home);
+  for (const auto& n : d.notes) std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(n).c_str());
+  for (const auto& l : d.lines) std::printf("%s\n", escape_for_terminal(l).c_str());
+  if (d.exit_code != 0) {
+    std::fprintf(stderr, "soyaos pack approve: %s\n", escape_for_terminal(d.message).c_str());
+    return d.exit_code;
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -249,13 +355,15 @@ Result<std::string> inspect_consent(const std::string& manifest_digest, bool as_
   return out;
 }
 
+// approve: remote_gate.h approve_remote_pack(). Exit 0 approved, 1 refused or failed,
+// 2 usage (a local reference).
 void register_pack_sign(CLI::App& pack, CliContext& ctx) {
   {
     auto ref = std::make_shared<std::string>();
     auto key = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
     auto* cmd = pack.add_subcommand("sign", "Sign a pack's manifest digest with a minisign key (kept in the Moon)");
-    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    cmd->add_option("REF", *ref, "NAME@VERSION, or REGISTRY/REPO[:TAG|@DIGEST] (pushed as a referrer)")->required();
     cmd->add_option("--key", *key,
                     "minisign secret key file (minisign -G; its password from $SOYAOS_KEY_PASSWORD or stdin)")
         ->required();
@@ -268,12 +376,18 @@ void register_pack_sign(CLI::App& pack, CliContext& ctx) {
     auto exit_code = std::make_shared<bool>(false);
     auto format = std::make_shared<std::string>("text");
     auto* cmd = pack.add_subcommand("diff", "Show the capabilities B adds or removes relative to A");
-    cmd->add_option("A", *a, "Pack directory or NAME@VERSION")->required();
-    cmd->add_option("B", *b, "Pack directory or NAME@VERSION")->required();
+    cmd->add_option("A", *a, "Pack directory, NAME@VERSION or REGISTRY/REPO[:TAG|@DIGEST]")->required();
+    cmd->add_option("B", *b, "Pack directory, NAME@VERSION or REGISTRY/REPO[:TAG|@DIGEST]")->required();
     cmd->add_flag("--exit-code", *exit_code, "Exit 1 when B is wider than A (adds anything or raises a limit)");
     cmd->add_option("--format", *format, "Output format: text (default) or json")
         ->check(CLI::IsMember({"text", "json"}));
     cmd->callback([a, b, exit_code, format, &ctx] { ctx.exit_code = run_diff(*a, *b, *exit_code, *format); });
+  }
+  {
+    auto ref = std::make_shared<std::string>();
+    auto* cmd = pack.add_subcommand("approve", "Approve a registry pack's capabilities (shows the diff, recorded in the Moon)");
+    cmd->add_option("REF", *ref, "REGISTRY/REPO[:TAG|@DIGEST]")->required();
+    cmd->callback([ref, &ctx] { ctx.exit_code = run_approve(*ref); });
   }
 }
 

@@ -35,7 +35,7 @@ void register_pack_lint(CLI::App& pack, CliContext& ctx);      // cmd_pack_lint.
 void register_pack_registry(CLI::App& pack, CliContext& ctx);  // cmd_pack_registry.cc: push, pull, list, inspect, unflag
 void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.cc
 void register_pack_init(CLI::App& pack, CliContext& ctx);      // cmd_pack_init.cc
-void register_pack_sign(CLI::App& pack, CliContext& ctx);      // cmd_pack_sign.cc: sign, diff
+void register_pack_sign(CLI::App& pack, CliContext& ctx);      // cmd_pack_sign.cc: sign, diff, approve
 void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
 void register_scope_verify(CLI::App& scope, CliContext& ctx);  // cmd_scope_verify.cc: scope verify
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc

@@ -1,13 +1,283 @@
-// The gate's checks (signatures, trust, approvals) live here; see remote_gate.h. With no
-// check configured every pack passes: what a pack may do is still only what its
-// manifest declares, enforced by the Comet.
+// The gate's checks (remote_gate.h; SPEC.md C12, docs/signing.md): trust first (a pack in
+// a `trust:` scope must be signed by a key of every matching scope; signatures come from
+// the registry's referrers and from those the Moon kept at an earlier pull, so a run works
+// offline), then consent (the first version of a repository, and any version wider than
+// the newest approved one, needs the operator's approval). `inspect` never refuses: it
+// shows where the pack stands.
 #include "cli/remote_gate.h"
 
-namespace soyaos::cli {
+#include <unistd.h>
 
-GateDecision remote_pack_gate(const GateRequest& request) {
-  (void)request;
-  return {};
+#include <cstdio>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "common/text.h"
+#include "moon/backend.h"
+#include "moon/config.h"
+#include "moon/consent.h"
+#include "moon/store.h"
+#include "policy/capability_diff.h"
+
+namespace soyaos::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// At most this many signature referrers are fetched per pack: a registry answering with
+// thousands must not make a pull slow or large.
+constexpr size_t kMaxSignatureReferrers = 32;
+constexpr size_t kMaxSignatureBytes = 64 * 1024;
+
+const char* use_name(GateUse u) {
+  switch (u) {
+    case GateUse::pull: return "pull";
+    case GateUse::run: return "run";
+    case GateUse::inspect: return "inspect";
+  }
+  return "run";
+}
+
+// The .minisig texts of the signature referrers of the pack's manifest.
+Result<std::vector<std::string>> fetch_signatures(oci::Client& client, const oci::RemotePack& pack) {
+  auto refs = client.referrers(pack.ref.repository, pack.manifest_digest, kSignatureArtifactType);
+  if (!refs) return refs.error();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < refs->size() && i < kMaxSignatureReferrers; ++i) {
+    const auto& desc = (*refs)[i];
+    auto m = client.get_manifest(pack.ref.repository, desc.digest);
+    if (!m) return m.error();
+    if (!*m) continue;  // listed but gone: not a signature
+    const json doc = json::parse((*m)->bytes, nullptr, false);
+    if (!doc.is_object() || !doc.contains("layers") || !doc["layers"].is_array() || doc["layers"].empty()) continue;
+    auto layer = oci::Descriptor::from_json(doc["layers"][0], "signature layer");
+    if (!layer || layer->media_type != kSignatureMediaType || layer->size > kMaxSignatureBytes) continue;
+    auto blob = client.get_blob(pack.ref.repository, *layer, kMaxSignatureBytes);
+    if (!blob) return blob.error();
+    out.push_back(std::move(*blob));
+  }
+  return out;
+}
+
+// Asks on the terminal (stdin and stderr both one): true on "y" or "yes".
+bool terminal_yes(const std::string& question) {
+  if (::isatty(STDIN_FILENO) != 1 || ::isatty(STDERR_FILENO) != 1) return false;
+  std::fprintf(stderr, "%s [y/N] ", question.c_str());
+  (void)std::fflush(stderr);
+  char buf[16] = {};
+  if (std::fgets(buf, sizeof buf, stdin) == nullptr) return false;
+  const std::string a(buf);
+  return a == "y\n" || a == "Y\n" || a == "yes\n" || a == "YES\n" || a == "Yes\n";
+}
+
+
+// What both the gate and `pack approve` need: the configuration, the store, the refused
+// event, and the trust verdict (signatures from the registry and those the Moon kept).
+struct Judge {
+  const oci::RemotePack& pack;
+  const std::string repository;
+  const std::string reference;
+  GateUse use;
+  std::optional<moon::MoonConfig> config;
+  std::optional<moon::Store> store;
+  std::string error;
+
+  Judge(const oci::RemotePack& p, GateUse u, const std::filesystem::path& home)
+      : pack(p), repository(p.ref.scope()), reference(p.ref.str()), use(u) {
+    auto cfg = moon::load_moon_config(home);
+    if (!cfg.config) {
+      error = "moon configuration invalid: " + (cfg.errors.empty() ? std::string() : cfg.errors.front().format());
+      return;
+    }
+    config = std::move(*cfg.config);
+    auto st = moon::Store::open(home);
+    if (!st) {
+      error = st.error().describe();
+      return;
+    }
+    store.emplace(std::move(*st));
+  }
+
+  void refused_event(const std::string& reason, const std::string& detail) {
+    json data = {{"reference", valid_utf8(reference)},
+                 {"repository", valid_utf8(repository)},
+                 {"manifest_digest", pack.manifest_digest},
+                 {"reason", reason},
+                 {"detail", valid_utf8(detail)},
+                 {"stage", use_name(use)},
+                 {"actor", moon::actor_to_json(moon::current_actor())}};
+    const json e = moon::pack_event("pack_refused", pack.name, pack.version, pack.tree_digest, std::move(data));
+    (void)store->append_events(std::span<const json>(&e, 1));
+  }
+
+  // The trust verdict; `fetch_error` set when the registry's signatures could not be read.
+  moon::TrustVerdict trust(oci::Client* client, std::string& fetch_error) {
+    std::vector<std::string> texts;
+    if (client != nullptr && !config->trust_for(repository).empty()) {
+      auto fetched = fetch_signatures(*client, pack);
+      if (fetched) {
+        texts = std::move(*fetched);
+      } else {
+        fetch_error = fetched.error().describe();
+      }
+    }
+    if (auto kept = store->signatures(pack.manifest_digest); kept) {
+      for (const auto& s : *kept) texts.push_back(s.signature);
+    }
+    auto v = moon::check_trust(*config, repository, pack.manifest_digest, pack.manifest_bytes, texts);
+    if (!v.ok && !fetch_error.empty()) v.problem += " (the registry's signatures could not be read: " + fetch_error + ")";
+    if (v.required && v.ok) {
+      // Kept, so that a later run verifies offline (against the stored manifest).
+      for (const auto& text : v.verified) {
+        moon::SignatureRecord rec;
+        rec.manifest_digest = pack.manifest_digest;
+        if (auto sig = minisign::parse_signature(text); sig) rec.key_id = minisign::key_id_hex(sig->key_id);
+        rec.signature = text;
+        rec.reference = reference;
+        rec.by = moon::current_actor();
+        (void)store->add_signature(rec, nullptr);
+      }
+    }
+    return v;
+  }
+
+  [[nodiscard]] std::string manifest_text() const {
+    return pack.config_json.contains("manifest") ? pack.config_json["manifest"].dump() : "";
+  }
+
+  // The capabilities the operator approves: the diff against the newest approval, or for
+  // a first version all of them (the diff against a pack that may do nothing).
+  [[nodiscard]] policy::CapabilityDiff shown(const moon::ConsentVerdict& c) const {
+    if (c.state != moon::ConsentState::first_version && c.last) return c.diff;
+    auto parsed = manifest::parse_manifest(manifest_text(), "soyapack.yaml");
+    if (!parsed.manifest) return c.diff;
+    return policy::diff_capabilities(manifest::Manifest{}, *parsed.manifest);
+  }
+};
+
+std::string keys_of(const moon::TrustVerdict& v) {
+  std::string keys;
+  for (const auto& k : v.key_ids) keys += (keys.empty() ? "" : ", ") + k;
+  return keys;
+}
+
+}  // namespace
+
+GateDecision remote_pack_gate(const GateRequest& req) {
+  GateDecision d;
+  const int refuse = req.use == GateUse::run ? 125 : 1;
+  auto fail = [&](const std::string& why) {
+    d.exit_code = refuse;
+    d.message = why;
+    return d;
+  };
+  Judge j(req.pack, req.use, req.home);
+  if (!j.error.empty()) return fail(j.error);
+
+  // ---- trust ----
+  std::string fetch_error;
+  const auto trust = j.trust(req.client, fetch_error);
+  if (req.use == GateUse::inspect) {
+    if (!trust.required) {
+      d.lines.push_back("signature:    not required (no trust scope matches " + j.repository + ")");
+    } else if (trust.ok) {
+      d.lines.push_back("signature:    verified (key " + keys_of(trust) + ")");
+    } else {
+      d.lines.push_back("signature:    INVALID: " + trust.problem);
+    }
+  } else if (!trust.ok) {
+    j.refused_event("signature", trust.problem);
+    return fail("refused: " + j.reference + " (" + req.pack.manifest_digest + "): signature: " + trust.problem);
+  } else if (trust.required) {
+    d.notes.push_back("signature verified: " + j.reference + " (key " + keys_of(trust) + ")");
+  }
+
+  // ---- consent ----
+  const std::string manifest_text = j.manifest_text();
+  auto c = moon::check_consent(*j.store, j.repository, req.pack.manifest_digest, manifest_text);
+  if (!c) return fail(c.error().describe());
+  if (req.use == GateUse::inspect) {
+    std::string state;
+    switch (c->state) {
+      case moon::ConsentState::approved: state = "approved"; break;
+      case moon::ConsentState::first_version: state = "needs approval (first version of " + j.repository + ")"; break;
+      case moon::ConsentState::wider: state = "needs approval (wider than the approved " + c->last->reference + ")"; break;
+      case moon::ConsentState::not_wider: state = "runs (no wider than the approved " + c->last->reference + ")"; break;
+    }
+    d.lines.push_back("consent:      " + state);
+    if (auto a = j.store->approvals_of(req.pack.manifest_digest); a) {
+      for (const auto& r : *a) {
+        d.lines.push_back("approved:     " + r.approved_at + " by " +
+                          (r.by.user.empty() ? "uid " + std::to_string(r.by.uid) : r.by.user) + " (" + r.repository + ")");
+      }
+    }
+    return d;
+  }
+  if (!c->needs_approval()) return d;
+  const std::string why = c->state == moon::ConsentState::first_version
+                              ? "the first version of " + j.repository + " this Moon sees"
+                              : "wider than the approved " + c->last->reference;
+  bool approve = req.approve;
+  if (!approve) {
+    // The operator sees the capabilities before being asked, and in the refusal.
+    std::fprintf(stderr, "%s (%s) is %s:\n%s", escape_for_terminal(j.reference).c_str(),
+                 req.pack.manifest_digest.c_str(), escape_for_terminal(why).c_str(),
+                 policy::format_diff_text(j.shown(*c)).c_str());
+    approve = terminal_yes("Approve these capabilities?");
+  }
+  if (!approve) {
+    j.refused_event("approval", why);
+    return fail("refused: " + j.reference + " is " + why + "; approve it first: soyaos pack approve " + j.reference +
+                " (or soyaos pack pull --approve " + j.reference + ")");
+  }
+  if (auto s = moon::record_approval(*j.store, j.repository, req.pack.manifest_digest, j.reference, manifest_text,
+                                     moon::current_actor(), *c);
+      !s)
+    return fail(s.error().describe());
+  d.notes.push_back("approved: " + j.reference + " (" + why + ")");
+  return d;
+}
+
+GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& client, const std::filesystem::path& home) {
+  GateDecision d;
+  auto fail = [&](const std::string& why) {
+    d.exit_code = 1;
+    d.message = why;
+    return d;
+  };
+  Judge j(pack, GateUse::pull, home);
+  if (!j.error.empty()) return fail(j.error);
+  std::string fetch_error;
+  const auto trust = j.trust(&client, fetch_error);
+  if (!trust.ok) {
+    j.refused_event("signature", trust.problem);
+    return fail("refused: " + j.reference + " (" + pack.manifest_digest + "): signature: " + trust.problem);
+  }
+  if (trust.required) d.notes.push_back("signature verified: " + j.reference + " (key " + keys_of(trust) + ")");
+  const std::string manifest_text = j.manifest_text();
+  auto c = moon::check_consent(*j.store, j.repository, pack.manifest_digest, manifest_text);
+  if (!c) return fail(c.error().describe());
+  if (c->state == moon::ConsentState::approved) {
+    d.lines.push_back("already approved  " + j.reference + "  " + pack.manifest_digest);
+    return d;
+  }
+  const std::string against = c->last ? "the approved " + c->last->reference : "nothing (first version)";
+  d.lines.push_back("--- " + against);
+  d.lines.push_back("+++ " + j.reference);
+  std::string text = policy::format_diff_text(j.shown(*c));
+  for (size_t at = 0; at < text.size();) {
+    const size_t nl = text.find('\n', at);
+    d.lines.push_back(text.substr(at, nl - at));
+    at = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  if (auto s = moon::record_approval(*j.store, j.repository, pack.manifest_digest, j.reference, manifest_text,
+                                     moon::current_actor(), *c);
+      !s)
+    return fail(s.error().describe());
+  d.lines.push_back(std::string("approved  ") + j.reference + "  " + pack.manifest_digest + "  (" +
+                    moon::to_string(c->state) + ")");
+  return d;
 }
 
 }  // namespace soyaos::cli

@@ -14,6 +14,11 @@
 
 namespace soyaos::cli {
 
+// A pack signature in a registry (docs/signing.md "Signatures in registries"): an OCI
+// artifact whose subject is the pack's image manifest and whose one layer is the .minisig.
+inline constexpr const char* kSignatureArtifactType = "application/vnd.soyaos.pack.signature.v0";
+inline constexpr const char* kSignatureMediaType = "application/vnd.soyaos.pack.signature.v0+minisign";
+
 enum class GateUse { pull, run, inspect };
 
 struct GateRequest {
@@ -32,5 +37,11 @@ struct GateDecision {
 };
 
 GateDecision remote_pack_gate(const GateRequest& request);
+
+// `soyaos pack approve REF` (remote_gate.cc): the trust check as at pull (a pack that fails
+// it is not approved), then the capabilities (the diff against the newest approval, or all
+// of them for a first version) are printed on stdout and the approval recorded, whether or
+// not the version is wider. exit_code 0 approved, 1 refused (message says why).
+GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& client, const std::filesystem::path& home);
 
 }  // namespace soyaos::cli

@@ -119,15 +119,15 @@ TEST_F(OciRegistry, PushPullInspectOverPlainHttpWithTheLocalDigests) {
   EXPECT_EQ(json::parse(ij.out)["capabilities"]["determinism_tier"], "read-only");
 
   const fs::path out = t_.path() / "pulled";
-  auto pull = soyaos("b", {"pack", "pull", r1, "-o", out.string()});
+  auto pull = soyaos("b", {"pack", "pull", "--approve", r1, "-o", out.string()});
   ASSERT_EQ(pull.exit_code, 0) << pull.err;
   EXPECT_EQ(read_file(out / "main.py"), read_file(fs::path(pack_) / "main.py"));
   EXPECT_EQ(read_file(out / "soyapack.yaml"), read_file(fs::path(pack_) / "soyapack.yaml"));
   // Pinned by digest works too; a digest the registry does not have is an error.
-  auto pinned = soyaos("c", {"pack", "pull", reg_.address() + "/team/hello@" + manifest_digest, "-o",
+  auto pinned = soyaos("c", {"pack", "pull", "--approve", reg_.address() + "/team/hello@" + manifest_digest, "-o",
                              (t_.path() / "pinned").string()});
   EXPECT_EQ(pinned.exit_code, 0) << pinned.err;
-  auto missing = soyaos("c", {"pack", "pull", ref("team/hello:9.9.9"), "-o", (t_.path() / "none").string()});
+  auto missing = soyaos("c", {"pack", "pull", "--approve", ref("team/hello:9.9.9"), "-o", (t_.path() / "none").string()});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("not found"), std::string::npos) << missing.err;
   EXPECT_FALSE(fs::exists(t_.path() / "none"));
@@ -144,7 +144,7 @@ TEST_F(OciRegistry, TamperedBlobsAndManifestsInTheRegistryAreRefused) {
   auto v2 = soyaos("a", {"pack", "push", variant("1.0.1"), r1});
   ASSERT_EQ(v2.exit_code, 0) << v2.err;
   ASSERT_NE(field(v2.out, r1 + "  "), manifest_digest);
-  auto pinned = soyaos("b", {"pack", "pull", r1 + "@" + manifest_digest, "-o", (t_.path() / "p1").string()});
+  auto pinned = soyaos("b", {"pack", "pull", "--approve", r1 + "@" + manifest_digest, "-o", (t_.path() / "p1").string()});
   ASSERT_EQ(pinned.exit_code, 0) << pinned.err;
   EXPECT_NE(read_file(t_.path() / "p1" / "soyapack.yaml").find("version: 1.0.0"), std::string::npos);
 
@@ -156,7 +156,7 @@ TEST_F(OciRegistry, TamperedBlobsAndManifestsInTheRegistryAreRefused) {
     f.seekp(600);
     f.put('X');
   }
-  auto bad = soyaos("c", {"pack", "pull", r1 + "@" + manifest_digest, "-o", (t_.path() / "p2").string()});
+  auto bad = soyaos("c", {"pack", "pull", "--approve", r1 + "@" + manifest_digest, "-o", (t_.path() / "p2").string()});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("does not match its digest"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(t_.path() / "p2"));
@@ -197,7 +197,7 @@ TEST_F(OciRegistry, TlsWithBasicAuthLoginAndLogout) {
 
   auto push = soyaos("a", {"pack", "push", pack_, r1});
   ASSERT_EQ(push.exit_code, 0) << push.err;
-  auto pull = soyaos("b", {"pack", "pull", r1, "-o", (t_.path() / "pulled").string()});
+  auto pull = soyaos("b", {"pack", "pull", "--approve", r1, "-o", (t_.path() / "pulled").string()});
   ASSERT_EQ(pull.exit_code, 0) << pull.err;
   // Without the CA the certificate is not trusted: refused, not downgraded.
   auto untrusted = soyaos("c", {"pack", "inspect", r1});
@@ -234,6 +234,11 @@ TEST_F(OciRegistry, OciRunPullsOnFirstUseThenRunsOffline) {
   const std::string r1 = ref("team/hello:1.0.0");
   ASSERT_EQ(soyaos("a", {"pack", "push", pack_, r1}).exit_code, 0);
   const std::string input = (fs::path(pack_) / "examples" / "basic.json").string();
+  // Nothing from a registry runs before the operator approved its capabilities (C12).
+  auto refused = soyaos("b", {"run", r1, "--input", input});
+  EXPECT_EQ(refused.exit_code, 125) << refused.err;
+  EXPECT_NE(refused.err.find("approve"), std::string::npos) << refused.err;
+  ASSERT_EQ(soyaos("b", {"pack", "approve", r1}).exit_code, 0);
   auto first = soyaos("b", {"run", r1, "--input", input, "--out", (t_.path() / "out1").string()});
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_NE(first.err.find("pulled " + r1), std::string::npos) << first.err;
@@ -283,7 +288,7 @@ class OciHostileRegistry : public OciRegistry {
     }
   }
   RunOutput pull(const std::string& out, std::map<std::string, std::string> extra = {}) {
-    return soyaos("b", {"pack", "pull", fake_ + "/team/hello:1.0.0", "-o", (t_.path() / out).string()}, std::move(extra));
+    return soyaos("b", {"pack", "pull", "--approve", fake_ + "/team/hello:1.0.0", "-o", (t_.path() / out).string()}, std::move(extra));
   }
   pid_t pid_ = -1;
   std::string fake_, port_;
