@@ -28,7 +28,7 @@ using json = nlohmann::ordered_json;
 // At most this many signature referrers are fetched per pack: a registry answering with
 // thousands must not make a pull slow or large.
 constexpr size_t kMaxSignatureReferrers = 32;
-constexpr size_t kMaxSignatureBytes = 64 * 1024;
+constexpr size_t kMaxSignatureBytes = size_t{64} * 1024;
 
 const char* use_name(GateUse u) {
   switch (u) {
