@@ -17,7 +17,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start_registry() {  # NAME -> prints HOST:PORT
+start_registry() {  # NAME VAR: starts one, sets VAR to HOST:PORT (no subshell: its pid is kept for cleanup)
   local name=$1 port
   port=$(free_port)
   mkdir -p "$work/$name"
@@ -30,7 +30,7 @@ YAML
   docker-registry serve "$work/$name/config.yml" >/dev/null 2>&1 &
   pids+=($!)
   for _ in $(seq 200); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.02; done
-  echo "127.0.0.1:$port"
+  printf -v "$2" '%s' "127.0.0.1:$port"
 }
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
@@ -43,7 +43,7 @@ head -c $((SIZE_MB << 20)) /dev/urandom > "$pack/data.bin"
 export DOCKER_CONFIG="$work/docker"
 declare -a s_push s_repush s_pull k_push k_pull
 for r in $(seq "$ROUNDS"); do
-  A=$(start_registry "a$r"); B=$(start_registry "b$r")
+  start_registry "a$r" A; start_registry "b$r" B
   export SOYAOS_INSECURE_REGISTRIES="$A,$B"
   export SOYAOS_HOME="$work/home-push-$r"
   t0=$(now); out=$("$SOYAOS" pack push "$pack" "$A/bench/pack:1"); t1=$(now)
