@@ -12,6 +12,7 @@ void register_pack_commands(CLI::App& app, CliContext& ctx) {
   register_pack_registry(*pack, ctx);
   register_pack_test(*pack, ctx);
   register_pack_sign(*pack, ctx);
+  register_pack_learn(*pack, ctx);
 }
 
 }  // namespace soyaos::cli

@@ -36,6 +36,7 @@ void register_pack_registry(CLI::App& pack, CliContext& ctx);  // cmd_pack_regis
 void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.cc
 void register_pack_init(CLI::App& pack, CliContext& ctx);      // cmd_pack_init.cc
 void register_pack_sign(CLI::App& pack, CliContext& ctx);      // cmd_pack_sign.cc: sign, diff, approve
+void register_pack_learn(CLI::App& pack, CliContext& ctx);     // cmd_pack_learn.cc
 void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
 void register_scope_verify(CLI::App& scope, CliContext& ctx);  // cmd_scope_verify.cc: scope verify
 void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc

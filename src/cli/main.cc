@@ -103,7 +103,11 @@ int run_cli(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", msg.c_str());
     return kExitUsage;
   }
-  if (dashdash != words.end() && leaf != nullptr && leaf->get_name() == "run") {
+  // The same for `pack learn` (C13), which runs the pack with them.
+  const bool takes_args = leaf != nullptr && (leaf->get_name() == "run" ||
+                                              (leaf->get_name() == "learn" && leaf->get_parent() != nullptr &&
+                                               leaf->get_parent()->get_name() == "pack"));
+  if (dashdash != words.end() && takes_args) {
     ctx.passthrough.assign(dashdash + 1, words.end());
     ctx.has_passthrough = true;
     words.erase(dashdash, words.end());

@@ -52,7 +52,11 @@ std::vector<uint8_t> EgressService::Impl::dns_reply(std::span<const uint8_t> msg
   const auto entries = plan.entries_for_name(name);
   const bool allowed =
       is_canonical && (plan.any() ? !plan.operator_network().denies(name) : !entries.empty());
-  if (!allowed) {
+  // `pack learn` (C13): a canonical name nothing declares, and the operator does not deny,
+  // gets a learning address; the gateway reads what the agent then sends (egress_learn.cc).
+  const bool learning = !allowed && is_canonical && plan.learn() && !plan.denied_entry_for_name(name) &&
+                        !plan.operator_network().denies(name);
+  if (!allowed && !learning) {
     auto denied = is_canonical ? plan.denied_entry_for_name(name) : std::nullopt;
     std::string closest = denied ? plan.entry(*denied).key_path : "no match";
     std::string detail = denied || (plan.any() && plan.operator_network().denies(name))
@@ -75,7 +79,12 @@ std::vector<uint8_t> EgressService::Impl::dns_reply(std::span<const uint8_t> msg
     // Fake addresses are IPv4: no AAAA, so clients use the A answer (NODATA, not an error).
     return finish(network::dns_answer(*q, {}, {}, 300, max), "NOERROR", Json::array(), false);
   }
-  auto fake = plan.fake_address_for(name);
+  auto fake = learning ? plan.learn_address_for(name) : plan.fake_address_for(name);
+  if (learning) {
+    violation("dns:" + name, syscall, fake ? "NOERROR" : "SERVFAIL", "no match",
+              fake ? "learn: answered with a learning address"
+                   : "learn: the learning addresses are exhausted (" + std::to_string(kMaxLearnNames) + " names per run)");
+  }
   if (!fake) {
     return finish(network::dns_error(*q, network::Rcode::servfail), "SERVFAIL", Json::array(), false);
   }

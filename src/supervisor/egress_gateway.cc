@@ -49,6 +49,10 @@ void EgressService::Impl::gateway_accept(const UniqueFd& listener) {
       conn->host = policy::to_string(addr);
       conn->decision = plan.decide_literal(addr, conn->port, false);
     }
+    if (!conn->decision.any && conn->decision.entries.empty() && plan.learn()) {
+      learn_start(conn);  // `pack learn`: read the first bytes, then close (egress_learn.cc)
+      continue;
+    }
     if (!conn->decision.any && conn->decision.entries.empty()) {
       refuse(conn, egress_target(conn->host, conn->port, "tcp"), conn->decision.closest,
              plan.any() ? "denied by the operator (egress.deny)" : "no entry allows this destination");
@@ -82,6 +86,10 @@ void EgressService::Impl::head_ready(Conn* c) {
   }
   if (n < 0) return;
   c->head.append(buf, static_cast<size_t>(n));
+  if (c->learn) {
+    learn_head(c);
+    return;
+  }
   if (c->proxy) {
     if (c->proxy_phase == 1) {
       proxy_request(c);

@@ -122,6 +122,9 @@ struct EgressService::Impl {
     // The gateway reads this connection (C11: the entry has `http` rules or a secret is bound
     // to the host): once connected it goes to an exchange thread (egress_intercept.cc).
     bool intercept = false;
+    // `pack learn`: no entry allows the destination; the first bytes are read and
+    // classified (egress_learn.cc), then the connection is closed. Nothing goes upstream.
+    bool learn = false;
     std::string entry_key;
     uint32_t ev_agent = 0, ev_up = 0;
     Watch w_agent{Kind::conn_agent, nullptr}, w_up{Kind::conn_upstream, nullptr};
@@ -274,6 +277,13 @@ struct EgressService::Impl {
   // egress_gateway.cc: the gateway's listeners and its protocol check
   void gateway_accept(const UniqueFd& listener);
   void head_ready(Conn* c);
+
+  // egress_learn.cc: `pack learn` (C13) — what an undeclared connection would have been
+  static constexpr int kLearnHeadMs = 1000;  // silent this long: a server-first protocol, "tcp"
+  void learn_start(Conn* c);
+  void learn_head(Conn* c);
+  // Reports the connection as learned (host:port/protocol, what was seen) and closes it.
+  void learn_done(Conn* c, const std::string& protocol, const std::string& detail);
 
   // egress_conn.cc: a TCP connection's life, shared by the gateway and the Moon proxy: upstream
   // resolution and connect, relaying with splice(2), close

@@ -53,12 +53,15 @@ std::string egress_target(const std::string& host, uint16_t port, const std::str
 }
 
 Result<EgressPlan> EgressPlan::build(const policy::Policy& policy, const policy::OperatorNetwork& network,
-                                     std::vector<manifest::EgressEntry> proxy_allow) {
+                                     std::vector<manifest::EgressEntry> proxy_allow, bool learn) {
   EgressPlan p;
+  p.learn_ = learn;
   p.policy_ = &policy;
   p.network_ = &network;
   p.proxy_allow_ = std::move(proxy_allow);
-  p.plan_.catch_all_tcp = policy.egress_any;
+  // Learning: every TCP destination reaches the gateway, which relays what an entry allows
+  // and only reads the first bytes of the rest (egress_learn.cc).
+  p.plan_.catch_all_tcp = policy.egress_any || learn;
   p.entries_ = policy.egress;
   if (policy.moon_proxy) {
     p.plan_.proxy_port = policy::kMoonProxyPort;
@@ -210,6 +213,15 @@ std::optional<uint32_t> EgressPlan::fake_address_for(const std::string& name) {
     if (next > 254) return std::nullopt;
     addr = best->second + next++;
   }
+  name_to_fake_[name] = addr;
+  fake_to_name_[addr] = name;
+  return addr;
+}
+
+std::optional<uint32_t> EgressPlan::learn_address_for(const std::string& name) {
+  if (auto it = name_to_fake_.find(name); it != name_to_fake_.end()) return it->second;
+  if (!learn_ || learn_next_ > kMaxLearnNames) return std::nullopt;
+  const uint32_t addr = kFakeLearnBase + learn_next_++;
   name_to_fake_[name] = addr;
   fake_to_name_[addr] = name;
   return addr;

@@ -32,6 +32,11 @@ inline constexpr uint32_t kFakeWildcardBase = 0xC6130000;  // 198.19.0.0
 inline constexpr uint32_t kFakeRangeBase = 0xC6120000;     // 198.18.0.0/15
 inline constexpr uint32_t kFakeRangeSize = 0x20000;
 inline constexpr size_t kMaxWildcardEntries = 255;
+// `pack learn` (SPEC.md C13): names nothing declares get addresses of 198.19.255.0/24, the
+// block no wildcard entry can take (kMaxWildcardEntries blocks end below it): at most
+// kMaxLearnNames per run, then SERVFAIL (the name is still observed).
+inline constexpr uint32_t kFakeLearnBase = 0xC613FF00;  // 198.19.255.0
+inline constexpr uint32_t kMaxLearnNames = 254;
 inline constexpr size_t kMaxExactNames = 65000;
 
 struct EgressDecision {
@@ -45,13 +50,17 @@ class EgressPlan {
   // Fails (the run must not start, C1) for what this Comet cannot enforce exactly: a `udp`
   // entry on a wildcard host, more wildcard entries or names than the fake range holds.
   // `proxy_allow` is the operator's allowlist for the Moon proxy (moon.yaml proxy.allow, C7).
+  // `learn` (`pack learn`, SPEC.md C13): every TCP destination goes to the gateway (which
+  // classifies and closes what no entry allows) and the stub answers undeclared names with
+  // learning addresses (learn_address_for).
   static Result<EgressPlan> build(const policy::Policy& policy, const policy::OperatorNetwork& network,
-                                  std::vector<manifest::EgressEntry> proxy_allow = {});
+                                  std::vector<manifest::EgressEntry> proxy_allow = {}, bool learn = false);
 
   [[nodiscard]] const comet::NetworkPlan& network_plan() const { return plan_; }
   [[nodiscard]] const policy::Policy& policy() const { return *policy_; }
   [[nodiscard]] const policy::OperatorNetwork& operator_network() const { return *network_; }
   [[nodiscard]] bool any() const { return policy_->egress_any; }
+  [[nodiscard]] bool learn() const { return learn_; }
   [[nodiscard]] const std::vector<manifest::EgressEntry>& proxy_allow() const { return proxy_allow_; }
 
   // --- DNS stub ---
@@ -63,6 +72,9 @@ class EgressPlan {
   // The fake address of an allowed name, allocating one in its wildcard block (or the
   // whole range under "*") on first use. nullopt when the block is exhausted.
   std::optional<uint32_t> fake_address_for(const std::string& name);
+  // Learn mode: the learning address of a name no entry allows (kFakeLearnBase + 1..254,
+  // the same one for the same name); nullopt when the block is exhausted.
+  std::optional<uint32_t> learn_address_for(const std::string& name);
   // The name behind a fake address that was handed out (or fixed for an exact name).
   [[nodiscard]] std::optional<std::string> name_for_fake(uint32_t addr) const;
   [[nodiscard]] static bool is_fake(uint32_t addr) { return addr - kFakeRangeBase < kFakeRangeSize; }
@@ -91,6 +103,8 @@ class EgressPlan {
   std::vector<std::pair<size_t, uint32_t>> wildcard_blocks_;  // (entry index, block base)
   std::map<uint32_t, uint32_t> block_next_;          // block base -> next host number
   uint32_t any_next_ = 1;                            // "*": next offset in the range
+  bool learn_ = false;
+  uint32_t learn_next_ = 1;                          // learn mode: next host in the learning block
   std::vector<size_t> udp_entries_;
   std::vector<manifest::EgressEntry> proxy_allow_;
 };

@@ -405,6 +405,9 @@ void EgressService::Impl::expire() {
     } else if (c->state == State::resolving) {
       fail_upstream(c, "resolve " + c->host + ": timed out after " + std::to_string(limits.connect_timeout_ms / 1000) +
                            " s");
+    } else if (c->learn) {
+      learn_done(c, "tcp", c->head.empty() ? "learn: the agent sent nothing within 1 s (a protocol where the server speaks first?)"
+                                           : "learn: neither a TLS ClientHello nor an HTTP request");
     } else {
       close_conn(c, "no request within the time limit", true);
     }

@@ -144,6 +144,7 @@ RunReport run_pack(const RunRequest& request) {
     for (const auto& d : loaded.errors) report.error += "\n  " + d.format();
     return report;
   }
+  if (request.amend_manifest) request.amend_manifest(*loaded.manifest);
   const auto& m = *loaded.manifest;
   trace_phase("manifest");
   // C11: exactly the declared secrets, each with a value (the CLI resolves them and refuses
@@ -214,7 +215,7 @@ RunReport run_pack(const RunRequest& request) {
   trace_phase("policy");
   // Every run gets the network layer, also with `egress: []`: then every attempt is
   // refused by the netns and reported, instead of failing unseen with ENETUNREACH.
-  auto egress = EgressPlan::build(*policy, request.network, request.network.proxy_allow);
+  auto egress = EgressPlan::build(*policy, request.network, request.network.proxy_allow, request.learn);
   if (!egress) {
     report.error = egress.error().describe();
     return report;
@@ -293,7 +294,7 @@ RunReport run_pack(const RunRequest& request) {
     }
     if (request.hooks.on_event) request.hooks.on_event(ctx, event);  // the Moon, as it happens
   };
-  emit("run_started", {{"host", ctx.host},
+  nlohmann::ordered_json started = {{"host", ctx.host},
                        {"user", run_user()},
                        {"rootless", ::geteuid() != 0},
                        {"manifest_digest", "sha256:" + sha256_hex(*manifest_text)},
@@ -313,7 +314,10 @@ RunReport run_pack(const RunRequest& request) {
                          {"open_files", policy->limits.open_files}}},
                        {"limit_mechanisms", limit_mechanisms(*cgroups)},
                        {"rlimit_only", cgroups->rlimit_only()},
-                       {"path_observation", observe_paths}});
+                       {"path_observation", observe_paths}};
+  if (request.learn) started["learn"] = request.learn_record.is_null() ? nlohmann::ordered_json::object()
+                                                                       : request.learn_record;
+  emit("run_started", std::move(started));
   trace_phase("run_started_emitted");
   // The run's record is complete in the Moon: every event durable (E4). A failure fails the run.
   auto store_events = [&] {
@@ -400,7 +404,8 @@ RunReport run_pack(const RunRequest& request) {
     std::lock_guard lock(emit_mu);
     if (violation_log.record(v, scope::now_rfc3339())) {
       report.violations.push_back(v);
-      emit("capability_violation", violation_data(v));
+      // A learn run (C13) observes: the same data, a type that flags nothing in the registry.
+      emit(request.learn ? "learn_observed" : "capability_violation", violation_data(v));
     }
   };
   EgressCallbacks egress_callbacks;
@@ -454,7 +459,9 @@ RunReport run_pack(const RunRequest& request) {
 
   nlohmann::ordered_json counts = nlohmann::ordered_json::object();
   for (const auto& [surface, n] : violation_log.by_surface()) counts[surface] = n;
-  if (violation_log.dropped() > 0) dropped_events["capability_violation"] = violation_log.dropped();
+  if (violation_log.dropped() > 0) {
+    dropped_events[request.learn ? "learn_observed" : "capability_violation"] = violation_log.dropped();
+  }
   for (const auto& [type, n] : network_log.dropped_by_class()) dropped_events[type] = n;
   nlohmann::ordered_json network_by_class = nlohmann::ordered_json::object();
   for (const auto& [type, n] : network_log.totals()) network_by_class[type] = n;

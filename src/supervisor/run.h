@@ -74,6 +74,17 @@ struct RunRequest {
   // stored under, given the finished report; "" when the run does not qualify. Recorded
   // as run_finished's cache_key.
   std::function<std::string(const RunReport&)> result_cache_key;
+  // `soyaos pack learn` (SPEC.md C13): every layer stays in force, but each attempt beyond
+  // the manifest is a `learn_observed` event (not capability_violation: nothing is flagged),
+  // the DNS stub answers undeclared names with learning addresses and the gateway reads and
+  // closes what no entry allows (docs/network.md, Learning). `learn_record` goes into
+  // run_started as "learn" (round, what was added).
+  bool learn = false;
+  nlohmann::ordered_json learn_record;
+  // Applied to the pack's manifest after it is loaded, before the policy is compiled: a
+  // learn round's effective manifest (the entries learned so far). Not the file: the Moon
+  // keeps soyapack.yaml as it is, run_started's capabilities show what was in force.
+  std::function<void(manifest::Manifest&)> amend_manifest;
 };
 
 struct RunReport {
