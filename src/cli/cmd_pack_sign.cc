@@ -315,6 +315,12 @@ int run_approve(const std::string& ref_text) {
 Result<std::string> inspect_consent(const std::string& manifest_digest, bool as_json) {
   auto home = moon::default_home();
   if (!home) return home.error();
+  // No store, nothing signed or approved here: opening one would create it, and a client of
+  // a Moon daemon (SOYAOS_MOON_SOCKET) must not grow an embedded store of its own.
+  std::error_code ec;
+  if (!std::filesystem::exists(*home / "moon.db", ec)) {
+    return as_json ? json{{"signatures", json::array()}, {"approvals", json::array()}}.dump() : std::string();
+  }
   auto store = moon::Store::open(*home);
   if (!store) return store.error();
   auto sigs = store->signatures(manifest_digest);
