@@ -54,8 +54,24 @@ std::string proc_file(pid_t pid, const char* name) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// Whether `pid` descends from `ancestor` (PPid chain in /proc, in this PID namespace).
+bool descends_from(pid_t pid, pid_t ancestor) {
+  for (int depth = 0; pid > 1 && depth < 64; ++depth) {
+    std::istringstream status(proc_file(pid, "status"));
+    pid_t parent = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("PPid:", 0) == 0) parent = static_cast<pid_t>(std::atoi(line.c_str() + 5));
+    }
+    if (parent == ancestor) return true;
+    pid = parent;
+  }
+  return false;
+}
+
 // The agent process whose argv holds `check` once it waits for SIGUSR2 (its handler is
-// installed: SigCgt in /proc/PID/status shows it); 0 after `timeout`.
+// installed: SigCgt in /proc/PID/status shows it); 0 after `timeout`. Only agents of this
+// test process count: ctest runs the Python and Node memory tests side by side, and each
+// must scan and release its own agent, never the other's.
 pid_t wait_for_waiting_agent(const std::string& check, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   constexpr unsigned long long kSigusr2 = 1ULL << (SIGUSR2 - 1);
@@ -69,6 +85,7 @@ pid_t wait_for_waiting_agent(const std::string& check, std::chrono::seconds time
       std::string argv = proc_file(pid, "cmdline");
       std::replace(argv.begin(), argv.end(), '\0', ' ');
       if (argv.find(" " + check) == std::string::npos || argv.find("soyaos") != std::string::npos) continue;
+      if (!descends_from(pid, ::getpid())) continue;
       std::istringstream status(proc_file(pid, "status"));
       unsigned long long caught = 0;
       for (std::string line; std::getline(status, line);) {
