@@ -227,6 +227,24 @@ struct Client::Impl {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 10000L)));
   }
 
+  // A blob GET answered with a redirect (the distribution spec allows them for blobs only):
+  // moves `url` to the Location, never from https to http, never to plain http except to
+  // the registry itself or an operator-listed insecure origin; `foreign` becomes true once
+  // the request leaves the registry's origin (no credentials are sent there).
+  Status follow_blob_redirect(std::string& url, const HttpResponse& r, bool& foreign) {
+    std::string next = resolve_url(url, r.header("location"));
+    if (next.empty()) return make_error("GET " + url + ": a redirect without a usable Location");
+    if (url.rfind("https://", 0) == 0 && next.rfind("https://", 0) != 0) {
+      return make_error("GET " + url + ": redirected from https to " + next + "; refused");
+    }
+    if (next.rfind("http://", 0) == 0 && !insecure_origin(next) && url_origin(next) != origin) {
+      return make_error("GET " + url + ": redirected to plain http " + next + "; refused");
+    }
+    foreign = foreign || url_origin(next) != origin;
+    url = std::move(next);
+    return {};
+  }
+
   bool insecure_origin(const std::string& url) {
     const std::string o = url_origin(url);
     for (const auto& h : options.insecure_hosts) {
@@ -562,16 +580,7 @@ Result<std::string> Client::get_blob(const std::string& repo, const Descriptor& 
     auto r = foreign ? impl_->http.perform(req) : impl_->send(req, Impl::pull_scope(repo));
     if (!r) return r.error();
     if (is_redirect(r->status) && hop < 5) {
-      std::string next = resolve_url(url, r->header("location"));
-      if (next.empty()) return make_error("GET " + url + ": a redirect without a usable Location");
-      if (url.rfind("https://", 0) == 0 && next.rfind("https://", 0) != 0) {
-        return make_error("GET " + url + ": redirected from https to " + next + "; refused");
-      }
-      if (next.rfind("http://", 0) == 0 && !impl_->insecure_origin(next) && url_origin(next) != impl_->origin) {
-        return make_error("GET " + url + ": redirected to plain http " + next + "; refused");
-      }
-      foreign = foreign || url_origin(next) != impl_->origin;
-      url = next;
+      if (auto s = impl_->follow_blob_redirect(url, *r, foreign); !s) return s.error();
       continue;
     }
     if (!is_2xx(r->status)) return make_error("GET blob " + d.digest + " from " + repo + ": " + error_text(*r));
@@ -638,16 +647,7 @@ Status Client::get_blob_to_fd(const std::string& repo, const Descriptor& d, int 
       return r.error();
     }
     if (is_redirect(r->status) && ++hops <= 5) {
-      std::string next = resolve_url(url, r->header("location"));
-      if (next.empty()) return make_error("GET " + url + ": a redirect without a usable Location");
-      if (url.rfind("https://", 0) == 0 && next.rfind("https://", 0) != 0) {
-        return make_error("GET " + url + ": redirected from https to " + next + "; refused");
-      }
-      if (next.rfind("http://", 0) == 0 && !impl_->insecure_origin(next) && url_origin(next) != impl_->origin) {
-        return make_error("GET " + url + ": redirected to plain http " + next + "; refused");
-      }
-      foreign = foreign || url_origin(next) != impl_->origin;
-      url = next;
+      if (auto s = impl_->follow_blob_redirect(url, *r, foreign); !s) return s.error();
       continue;
     }
     if (retryable_status(r->status) && ++attempt < impl_->options.max_attempts) {
