@@ -16,6 +16,11 @@ Prints medians, ratios, and the median of every phase of the traced runs: wall m
 supervisor's CPU ms (the CPU column is what the load barely moves: decide cuts on it).
 --before OLD_SOYAOS adds that binary, plain and traced, to the same rounds: before/after of
 a change measured side by side, phase by phase.
+--guard MAX (the CI regression guard of issue #16, bench/startup_guard.sh): only bwrap and
+soyaos, interleaved; exits 1 when the median CPU of soyaos's whole tree exceeds MAX times
+bwrap's, 77 (skipped) when the whole tree's CPU cannot be measured. CPU, not wall time: on a
+shared, loaded machine the wall ratio moves several-fold with the load (fsync and wake-up
+waits suffer most), the CPU ratio barely.
 """
 import argparse
 import os
@@ -30,28 +35,42 @@ PY = ["/usr/bin/python3", "-c", "pass"]
 
 
 class CpuMeter:
-    """CPU ns used by this process's descendants: a cpuacct cgroup when possible, else rusage."""
+    """CPU ns used by this process's descendants: a cgroup when possible (v1 cpuacct, else a
+    cgroup v2 hierarchy's cpu.stat), else rusage."""
 
     def __init__(self, work):
         self.usage = None
-        base = "/sys/fs/cgroup/cpuacct"
-        if os.geteuid() == 0 and os.path.isfile(os.path.join(base, "cpuacct.usage")):
+        self.v2 = False
+        for base, counter, v2 in (("/sys/fs/cgroup/cpuacct", "cpuacct.usage", False),
+                                  ("/sys/fs/cgroup", "cpu.stat", True)):
+            if self.usage or os.geteuid() != 0:
+                break
+            if not os.path.isfile(os.path.join(base, "cpuacct.usage" if not v2 else "cgroup.controllers")):
+                continue
             d = os.path.join(base, "soyaos-bench-%d" % os.getpid())
             try:
                 os.mkdir(d)
                 with open(os.path.join(d, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))
-                self.usage = os.path.join(d, "cpuacct.usage")
-                self.dir, self.base = d, base
+                self.usage = os.path.join(d, counter)
+                self.dir, self.base, self.v2 = d, base, v2
             except OSError:
-                self.usage = None
-        self.source = "cpuacct cgroup (whole tree)" if self.usage else "wait4 rusage (reaped descendants)"
+                if os.path.isdir(d):
+                    os.rmdir(d)
+        self.whole_tree = self.usage is not None
+        self.source = "cgroup (whole tree)" if self.usage else "wait4 rusage (reaped descendants)"
 
     def read(self):
         if not self.usage:
             return None
         with open(self.usage) as f:
-            return int(f.read())
+            if not self.v2:
+                return int(f.read())
+            for line in f:  # cgroup v2: "usage_usec N"
+                k, v = line.split()
+                if k == "usage_usec":
+                    return int(v) * 1000
+        return None
 
     def close(self):
         if self.usage:
@@ -110,6 +129,8 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--before", help="another soyaos binary (the one before a change), run in the same rounds")
+    ap.add_argument("--guard", type=float, metavar="MAX",
+                    help="CI guard: bwrap and soyaos only; fail when soyaos's median CPU > MAX x bwrap's")
     a = ap.parse_args()
     env = dict(os.environ)
     env.pop("SOYAOS_TRACE_PHASES", None)
@@ -125,9 +146,45 @@ def main():
     errf = os.path.join(a.work, "stderr.txt")
     METER = CpuMeter(a.work)
     try:
+        if a.guard:
+            return guard(a, [c for c in cmds if c[0] in ("bwrap", "soyaos")], errf)
         report(a, cmds, errf)
     finally:
         METER.close()
+    return 0
+
+
+def guard(a, cmds, errf):
+    """The regression guard of issue #16: 0 within MAX x bwrap's CPU, 1 past it, 77 unmeasurable."""
+    if not METER.whole_tree:
+        # wait4's rusage misses bubblewrap's sandboxed child (reaped in its PID namespace):
+        # the ratio would be inflated, so no verdict rather than a false failure.
+        print("startup guard skipped: the whole tree's CPU needs a cgroup (run as root)")
+        return 77
+    for _ in range(a.warmup):
+        for _, argv, e in cmds:
+            spawn(argv, e, errf)
+    wall = {n: [] for n, _, _ in cmds}
+    cpu = {n: [] for n, _, _ in cmds}
+    load0 = open("/proc/loadavg").read().split()[:3]
+    for r in range(a.runs):
+        for name, argv, e in (cmds if r % 2 == 0 else cmds[::-1]):
+            t0, t1, c, rc, err = spawn(argv, e, errf)
+            if rc != 0:
+                print(f"{name} exited {rc}: {err[-2000:]}")
+                return 1
+            wall[name].append(t1 - t0)
+            cpu[name].append(c)
+    med = lambda v: statistics.median(v) / 1e6
+    ratio = med(cpu["soyaos"]) / med(cpu["bwrap"])
+    print(f"startup guard ({a.runs} interleaved rounds, load {' '.join(load0)}): CPU median soyaos "
+          f"{med(cpu['soyaos']):.2f} ms, bwrap {med(cpu['bwrap']):.2f} ms: {ratio:.2f}x (fails past {a.guard:.2f}x); "
+          f"wall median {med(wall['soyaos']):.1f} ms vs {med(wall['bwrap']):.1f} ms "
+          f"({med(wall['soyaos']) / med(wall['bwrap']):.2f}x, not judged: the load moves it)")
+    if ratio > a.guard:
+        print(f"FAIL: soyaos run's start-up CPU is {ratio:.2f}x bubblewrap's, past the {a.guard:.2f}x guard")
+        return 1
+    return 0
 
 
 def report(a, cmds, errf):
@@ -217,4 +274,4 @@ def report(a, cmds, errf):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
