@@ -100,23 +100,27 @@ def spawn(argv, env, stderr_path):
 
 
 def phases(t0, t1, err):
-    """[(name, wall ns, supervisor cpu ns or None)] from spawn to reap, named by the trace."""
+    """[(name, wall ns, supervisor cpu ns or None, Comet child cpu ns or None)] from spawn to
+    reap, named by the trace. The Comet's child steps carry the child's own CPU time since
+    clone3 as a fifth field ("soyaos-phase NAME NS - CHILD_CPU_NS")."""
     marks = []
     for line in err.splitlines():
         p = line.split()
-        if len(p) == 4 and p[0] == "soyaos-phase":
-            marks.append((int(p[2]), p[1], None if p[3] == "-" else int(p[3])))
+        if len(p) in (4, 5) and p[0] == "soyaos-phase":
+            marks.append((int(p[2]), p[1], None if p[3] == "-" else int(p[3]), int(p[4]) if len(p) == 5 else None))
     marks.sort()
-    out, prev_t, prev_cpu = [], t0, 0
-    for t, name, cpu in marks:
-        c = None
+    out, prev_t, prev_cpu, prev_child = [], t0, 0, 0
+    for t, name, cpu, child in marks:
+        c = k = None
         if cpu is not None:
             c, prev_cpu = cpu - prev_cpu, cpu
-        out.append((name, t - prev_t, c))
+        if child is not None:
+            k, prev_child = child - prev_child, child
+        out.append((name, t - prev_t, c, k))
         prev_t = t
-    out.append(("exit", t1 - prev_t, None))  # destructors, exit_group, reap (and their CPU)
+    out.append(("exit", t1 - prev_t, None, None))  # destructors, exit_group, reap (and their CPU)
     if out:
-        out[0] = ("exec+load", out[0][1], out[0][2])  # spawn -> main: ld.so, libraries, static init
+        out[0] = ("exec+load",) + out[0][1:]  # spawn -> main: ld.so, libraries, static init
     return out
 
 
@@ -137,6 +141,11 @@ def main():
     traced_env = dict(env, SOYAOS_TRACE_PHASES="1")
     bwrap = [os.popen("command -v bwrap").read().strip() or "/usr/bin/bwrap"] + BWRAP[1:] + PY
     soy = [a.soyaos, "run", "--no-cache", a.pack, "--out", os.path.join(a.work, "out")]
+    if a.before:
+        # Each binary a fresh Moon of its own: one that has grown over earlier runs is
+        # slower to open and commit to than a new one, which would bias the comparison.
+        home = os.path.join(a.work, "after-home")
+        env, traced_env = dict(env, SOYAOS_HOME=home), dict(traced_env, SOYAOS_HOME=home)
     cmds = [("direct", PY, env), ("bwrap", bwrap, env), ("soyaos", soy, env), ("traced", soy, traced_env)]
     if a.before:
         old = [a.before] + soy[1:]
@@ -231,22 +240,25 @@ def report(a, cmds, errf):
     def medians(runs):
         by = {}
         for run in runs:
-            for name, w, c in run:
-                by.setdefault(name, ([], []))
+            for name, w, c, k in run:
+                by.setdefault(name, ([], [], []))
                 by[name][0].append(w)
                 if c is not None:
                     by[name][1].append(c)
-        return {n: (statistics.median(w), statistics.median(c) if c else None) for n, (w, c) in by.items()}
+                if k is not None:
+                    by[name][2].append(k)
+        return {n: (statistics.median(w), statistics.median(c) if c else None, statistics.median(k) if k else None)
+                for n, (w, c, k) in by.items()}
     after = medians(breakdown["traced"])
     before = medians(breakdown["before traced"]) if a.before else {}
     order = [p[0] for p in breakdown["traced"][0]]
     order += [n for n in before if n not in order]
-    sums = {"outside": [0, 0, 0], "layers": [0, 0, 0], "agent": [0, 0, 0]}
+    sums = {"outside": [0, 0, 0, 0, 0], "layers": [0, 0, 0, 0, 0], "agent": [0, 0, 0, 0, 0]}
     print("== phases of `soyaos run --no-cache` (median of the traced runs; each row is the time since the row before)")
-    extra = f" {'before: CPU ms':>15}" if a.before else ""
-    print(f"  {'phase (ends at)':28} {'wall ms':>8} {'supervisor CPU ms':>18}{extra}  part")
+    extra = f" {'before: CPU ms':>15} {'before: child':>14}" if a.before else ""
+    print(f"  {'phase (ends at)':28} {'wall ms':>8} {'supervisor CPU ms':>18} {'Comet child CPU':>15}{extra}  part")
     for name in order:
-        w, c = after.get(name, (0, None))
+        w, c, k = after.get(name, (0, None, None))
         # The Comet's layers: from clone3 to comet_ready; the agent: from the gateway's start
         # (the agent is released into execve) to its exit. Everything else is outside the Comet.
         if name in ("namespaces", "mounts", "network", "session", "rlimits", "credentials", "landlock",
@@ -258,17 +270,21 @@ def report(a, cmds, errf):
             part = "outside"
         sums[part][0] += w
         sums[part][1] += c or 0
+        sums[part][3] += k or 0
         cs = f"{ms(c):8.2f}" if c is not None else "   (child)" if part == "layers" else "       -"
+        ks = f"{ms(k):15.2f}" if k is not None else f"{'':15}"
         b = ""
         if a.before:
-            bc = before.get(name, (0, None))[1]
+            _, bc, bk = before.get(name, (0, None, None))
             sums[part][2] += bc or 0
+            sums[part][4] += bk or 0
             b = f" {ms(bc):15.2f}" if bc is not None else f" {'-':>15}"
-        print(f"  {name:28} {ms(w):8.2f} {cs:>18}{b}  {part}")
+            b += f" {ms(bk):14.2f}" if bk is not None else f" {'':14}"
+        print(f"  {name:28} {ms(w):8.2f} {cs:>18} {ks}{b}  {part}")
     for part, label in (("outside", "sum: outside the Comet"), ("layers", "sum: layers (clone3..ready)"),
                         ("agent", "sum: agent (exec..exit)")):
-        b = f" {ms(sums[part][2]):15.2f}" if a.before else ""
-        print(f"  {label:28} {ms(sums[part][0]):8.2f} {ms(sums[part][1]):18.2f}{b}")
+        b = f" {ms(sums[part][2]):15.2f} {ms(sums[part][4]):14.2f}" if a.before else ""
+        print(f"  {label:28} {ms(sums[part][0]):8.2f} {ms(sums[part][1]):18.2f} {ms(sums[part][3]):15.2f}{b}")
     print(f"  (direct python3 for comparison: {ms(med['direct']):.2f} ms wall; the issue's target for "
           f"the work outside the Comet: <= 3 ms)")
 

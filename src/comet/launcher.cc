@@ -40,11 +40,13 @@ void send_failure(int sock, const char* layer, const Error& e) {
   ::_exit(125);
 }
 
-uint64_t now_ns() {
+uint64_t clock_ns(clockid_t clock) {
   struct timespec ts {};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  ::clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 // The Ready message carries, as SCM_RIGHTS, in this order: the seccomp listener,
 // /workdir/out, the NFLOG socket, the DNS stub's UDP and TCP sockets, the gateway's IPv4
@@ -54,6 +56,7 @@ constexpr size_t kMaxPassedFds = 8 + kMaxUdpRelays;
 struct ReadyMessage {
   ControlHeader header;
   uint64_t step_ns[kStepCount];
+  uint64_t step_cpu_ns[kStepCount];  // the child's CPU time (from clone3) at each step's end
   uint32_t fd_count;
   uint8_t has_gateway6;
   uint8_t has_proxy;
@@ -167,6 +170,11 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
                              int stderr_w) {
   // Wait for the parent to write our id maps.
   uint64_t steps[kStepCount] = {};
+  uint64_t step_cpu[kStepCount] = {};  // bench/startup.sh: the CPU each layer costs the child
+  auto mark = [&](SetupStep step) {
+    steps[step] = now_ns();
+    step_cpu[step] = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  };
   // A new session without a controlling terminal: TIOCSTI has nothing to inject into.
   // First, while the parent writes our id maps: with scheduler autogroups setsid() also
   // creates a task group, which costs a few milliseconds we can overlap.
@@ -174,7 +182,7 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
   const int setsid_errno = errno;
   auto sources = receive_go(sock, policy);
   if (!sources) ::_exit(125);
-  steps[kStepCloned] = now_ns();
+  mark(kStepCloned);
   // The agent starts with the signal state any program expects: the supervisor blocks its
   // stop signals (for its signalfd) and ignores SIGPIPE, and both would survive execve.
   sigset_t none;
@@ -194,12 +202,12 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
   if (auto s = bound_user_quotas(); !s) fail(sock, "user namespace", s.error());
   auto root = build_sandbox_root(policy, std::move(sources.value()));
   if (!root) fail(sock, "mounts", root.error());
-  steps[kStepMounts] = now_ns();
+  mark(kStepMounts);
   // Still holding CAP_NET_ADMIN over this netns (dropped with every other capability in
   // step 4), so the agent can never change what is set up here.
   auto network = setup_sandbox_network(network_plan);
   if (!network) fail(sock, "network", network.error());
-  steps[kStepNetwork] = now_ns();
+  mark(kStepNetwork);
 
   if (::sethostname(policy.hostname.data(), policy.hostname.size()) != 0) {
     fail(sock, "uts namespace", errno_error("sethostname"));
@@ -211,14 +219,14 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
     fail(sock, "stdio", errno_error("stdin from /dev/null"));
   }
   ::close(devnull);
-  steps[kStepSession] = now_ns();
+  mark(kStepSession);
 
   // With a pids cgroup, RLIMIT_NPROC stays one above it as a backstop: the cgroup is then
   // what refuses the next thread (and counts it, for limit_exceeded), not the rlimit.
   policy::Limits rlimits = policy.limits;
   if (pids_cgroup) rlimits.pids += 1;
   if (auto s = apply_rlimits(rlimits); !s) fail(sock, "limits", s.error());
-  steps[kStepLimits] = now_ns();
+  mark(kStepLimits);
   if (auto s = drop_privileges(policy); !s) fail(sock, "credentials", s.error());
   // The credential change cleared any parent-death signal: set it again. (getppid() is 0
   // in a new PID namespace; a supervisor that died before this is caught when send_fds
@@ -227,15 +235,16 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
     fail(sock, "credentials", errno_error("PR_SET_PDEATHSIG"));
   }
 
-  steps[kStepCredentials] = now_ns();
+  mark(kStepCredentials);
   if (auto s = apply_landlock(landlock_rules(policy)); !s) fail(sock, "landlock", s.error());
-  steps[kStepLandlock] = now_ns();
+  mark(kStepLandlock);
 
   auto listener = install_agent_filter(program);
   if (!listener) fail(sock, "seccomp", listener.error());
-  steps[kStepSeccomp] = now_ns();
-  ReadyMessage ready{{kMsgReady, 0}, {}, 0, 0, 0, 0};
+  mark(kStepSeccomp);
+  ReadyMessage ready{{kMsgReady, 0}, {}, {}, 0, 0, 0, 0};
   std::memcpy(ready.step_ns, steps, sizeof ready.step_ns);
+  std::memcpy(ready.step_cpu_ns, step_cpu, sizeof ready.step_cpu_ns);
   std::vector<int> fds = {listener->get(),          root->out_dir.get(),      network->nflog.get(),
                           network->dns_udp.get(),   network->dns_tcp.get(),   network->gateway_tcp.get()};
   if (network->gateway_tcp6) {
@@ -314,6 +323,7 @@ Status receive_ready(int sock, LaunchedComet& comet) {
   ReadyMessage ready{};
   std::memcpy(&ready, buf, sizeof ready);
   std::memcpy(comet.step_ns, ready.step_ns, sizeof comet.step_ns);
+  std::memcpy(comet.step_cpu_ns, ready.step_cpu_ns, sizeof comet.step_cpu_ns);
   struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS || cmsg->cmsg_len < CMSG_LEN(0)) {
     return make_error("sandbox setup: listener fd missing");

@@ -42,6 +42,7 @@ inline constexpr const char* kSetupStepNames[kStepCount] = {
 struct LaunchedComet {
   uint64_t launch_ns = 0;                  // before clone3, in the parent
   uint64_t step_ns[kStepCount] = {};       // end of each step, in the child
+  uint64_t step_cpu_ns[kStepCount] = {};   // the child's own CPU time at each step's end
   pid_t pid = -1;          // host pid of the agent
   UniqueFd pidfd;          // for exit notification and signals
   UniqueFd control;        // the child's setup channel: error reports, then EOF on exec

@@ -31,9 +31,10 @@ void append_u64(char* buf, size_t* len, uint64_t v) {
   while (n > 0) buf[(*len)++] = digits[--n];
 }
 
-void write_phase(const char* name, uint64_t monotonic_ns, const uint64_t* cpu_ns) {
+void write_phase(const char* name, uint64_t monotonic_ns, const uint64_t* cpu_ns,
+                 const uint64_t* child_cpu_ns = nullptr) {
   constexpr size_t kNameMax = 64;  // the two numbers, spaces and newline fit in the rest
-  char line[sizeof "soyaos-phase " + kNameMax + 48];
+  char line[sizeof "soyaos-phase " + kNameMax + 72];
   size_t len = 0;
   for (const char* p = "soyaos-phase "; *p != '\0'; ++p) line[len++] = *p;
   for (size_t i = 0; name[i] != '\0' && i < kNameMax; ++i) line[len++] = name[i];
@@ -44,6 +45,10 @@ void write_phase(const char* name, uint64_t monotonic_ns, const uint64_t* cpu_ns
     append_u64(line, &len, *cpu_ns);
   } else {
     line[len++] = '-';
+  }
+  if (child_cpu_ns != nullptr) {
+    line[len++] = ' ';
+    append_u64(line, &len, *child_cpu_ns);
   }
   line[len++] = '\n';
   // One write: lines from several threads do not interleave. Best effort (a closed
@@ -62,6 +67,11 @@ bool phase_trace_enabled() {
 void trace_phase_at(const char* name, uint64_t monotonic_ns) {
   if (!phase_trace_enabled()) return;
   write_phase(name, monotonic_ns, nullptr);
+}
+
+void trace_child_phase(const char* name, uint64_t monotonic_ns, uint64_t child_cpu_ns) {
+  if (!phase_trace_enabled()) return;
+  write_phase(name, monotonic_ns, nullptr, &child_cpu_ns);
 }
 
 void trace_phase(const char* name) {

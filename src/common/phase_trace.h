@@ -21,4 +21,8 @@ void trace_phase(const char* name);
 // The same, with a timestamp taken elsewhere (the Comet's child measures its own steps).
 void trace_phase_at(const char* name, uint64_t monotonic_ns);
 
+// A step of the Comet's child: its timestamp and the child's own CPU time so far, as
+//     soyaos-phase NAME MONOTONIC_NS - CHILD_CPU_NS
+void trace_child_phase(const char* name, uint64_t monotonic_ns, uint64_t child_cpu_ns);
+
 }  // namespace soyaos

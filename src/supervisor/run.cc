@@ -385,7 +385,9 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
   trace_phase_at("clone3", launched->launch_ns);
-  for (int i = 0; i < comet::kStepCount; ++i) trace_phase_at(comet::kSetupStepNames[i], launched->step_ns[i]);
+  for (int i = 0; i < comet::kStepCount; ++i) {
+    trace_child_phase(comet::kSetupStepNames[i], launched->step_ns[i], launched->step_cpu_ns[i]);
+  }
   trace_phase("comet_ready");
   // Each layer's cost, from the child's timestamps (bench/startup.sh reads these).
   nlohmann::ordered_json setup_us = nlohmann::ordered_json::object();
