@@ -12,25 +12,18 @@
 #include "common/digest.h"
 #include "common/unique_fd.h"
 #include "moon/cache.h"
-#include "moon/sqlite_util.h"
+#include "moon/cache_internal.h"
 
 namespace soyaos::moon {
 namespace {
 
 namespace fs = std::filesystem;
+// The entry format, its size bound and the digest syntax are the cache's own
+// (cache_internal.h): what a check accepts is what the cache writes and reads.
+using cache_detail::kManifestFormat;
+using cache_detail::kMaxManifestBytes;
+using cache_detail::valid_digest;
 using detail::Stmt;
-
-constexpr uint64_t kMaxManifestBytes = 64u << 20;
-constexpr const char* kManifestFormat = "soyaos-cache-entry/v1";
-
-bool valid_digest(const std::string& d) {
-  if (d.size() != 7 + 64 || d.compare(0, 7, "sha256:") != 0) return false;
-  for (size_t i = 7; i < d.size(); ++i) {
-    const char c = d[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
 
 // The blob's digest recomputed ("" with `why` set when it cannot be read); its bytes in
 // `keep` when asked and no larger than kMaxManifestBytes.

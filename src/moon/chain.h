@@ -77,7 +77,8 @@ class MoonKey {
 std::filesystem::path head_path(const std::filesystem::path& home);
 // nullopt when there is no head file; an error when it is unreadable or malformed.
 Result<std::optional<Checkpoint>> read_head(const std::filesystem::path& home);
-// Replaces the head file atomically (temp, fsync, rename, directory fsync) under an flock,
+// Replaces the head file atomically (temp, fsync, rename; no directory fsync: after a crash
+// the head is the new or the previous one, both complete) under an flock,
 // unless it already records a later seq (two writers finishing out of order).
 Status write_head(const std::filesystem::path& home, const Checkpoint& cp);
 

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <set>
 #include <vector>
 
@@ -146,7 +147,11 @@ TEST(MoonStore, CorruptPagesAreReportedByQuickCheck) {
     for (int i = 0; i < 2000; ++i) batch.push_back(event("dns_query", "R", "p"));
     ASSERT_TRUE(s->append(batch));
   }
-  // Checkpointed into moon.db on close; now scribble over its middle pages.
+  // The WAL is kept between processes (issue #16): checkpoint it into moon.db, then
+  // scribble over its middle pages.
+  ASSERT_EQ(std::system(("python3 -c \"import sqlite3; c=sqlite3.connect('" + (t.path() / "moon.db").string() +
+                         "'); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()\"").c_str()),
+            0);
   std::string bytes = testing::read_file(t.path() / "moon.db");
   ASSERT_GT(bytes.size(), 64U * 1024);
   for (size_t i = 16 * 1024; i < bytes.size() - 4096; ++i) bytes[i] = static_cast<char>(i * 7);
