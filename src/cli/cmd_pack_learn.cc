@@ -12,11 +12,12 @@
 // --max-rounds (default 5). Output: a unified diff against soyapack.yaml with a comment on
 // each added line (stdout), the rounds and what cannot be granted (stderr); --write edits
 // the file in place (a textual edit: comments and key order kept).
+// With --unused it answers the opposite question instead — which declared grants no run
+// used (pack_unused.h). The runs themselves are made as `pack test` makes them (pack_runs.h).
 // Exit 0 a proposal (possibly empty) for everything observed, 1 something observed cannot
 // be granted (exec, fork, clock, the pack's own files...) or the edit failed, 2 usage,
 // 125 a Comet could not start, 128+N interrupted.
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +34,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/pack_runs.h"
+#include "cli/pack_unused.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
 #include "common/text.h"
@@ -55,35 +58,9 @@ struct LearnArgs {
   std::vector<std::string> secrets;
   bool allow_network = false;
   bool write = false;
+  bool unused = false;
   int max_rounds = 5;
   std::string format = "text";
-};
-
-// A fresh private directory for one run's /workdir/out, removed when done.
-class TempOut {
- public:
-  TempOut() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/soyaos-pack-learn-XXXXXX";
-    if (::mkdtemp(tmpl.data()) != nullptr) root_ = tmpl;
-  }
-  ~TempOut() {
-    std::error_code ec;
-    if (!root_.empty()) fs::remove_all(root_, ec);
-  }
-  TempOut(const TempOut&) = delete;
-  TempOut& operator=(const TempOut&) = delete;
-  [[nodiscard]] bool ok() const { return !root_.empty(); }
-  [[nodiscard]] fs::path out() const { return root_ / "out"; }
-
- private:
-  fs::path root_;
-};
-
-struct RunSpec {
-  std::string name;  // the example's, or "the run"
-  std::vector<policy::InputSpec> inputs;
-  std::vector<std::string> args;
 };
 
 policy::Observation observation(const supervisor::Violation& v) {
@@ -194,6 +171,10 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
     std::fprintf(stderr, "soyaos pack learn: --max-rounds must be 1..20\n");
     return kExitUsage;
   }
+  if (a.unused && a.write) {
+    std::fprintf(stderr, "soyaos pack learn: --unused reports, it does not edit: remove the entries by hand\n");
+    return kExitUsage;
+  }
   auto home = moon::default_home();
   if (!home) {
     std::fprintf(stderr, "soyaos pack learn: moon: %s\n", home.error().describe().c_str());
@@ -221,15 +202,14 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
     return 1;
   }
 
-  std::vector<RunSpec> runs;
+  std::vector<PackRunSpec> runs;
   if (a.inputs.empty() && !ctx.has_passthrough && !m.examples.empty()) {
     for (const auto& ex : m.examples) {
-      RunSpec r{"example " + ex.name, {}, ex.args};
-      if (!ex.input.empty()) r.inputs.push_back({"", pack_dir / ex.input});
-      runs.push_back(std::move(r));
+      runs.push_back(example_run(ex, pack_dir));
+      runs.back().name = "example " + ex.name;
     }
   } else {
-    RunSpec r{"the run", {}, ctx.passthrough};
+    PackRunSpec r{"the run", {}, ctx.passthrough};
     for (const auto& in : a.inputs) r.inputs.push_back(policy::parse_input_arg(in));
     if (auto targets = policy::input_targets(r.inputs); !targets) {
       std::fprintf(stderr, "soyaos pack learn: %s\n", targets.error().describe().c_str());
@@ -248,6 +228,8 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
     return supervisor::kExitSetup;
   }
 
+  const PackRunContext run_ctx{pack_dir, *hooks, network, config_digest, &secrets.secrets};
+  if (a.unused) return report_unused({&m, runs, run_ctx, a.max_rounds, !text});
   policy::Learner learner;
   Json rounds = Json::array();
   std::vector<std::string> run_notes;
@@ -258,38 +240,20 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
     Json round_json = {{"round", round}, {"runs", Json::array()}};
     size_t observed = 0;
     for (const auto& spec : runs) {
-      TempOut tmp;
-      if (!tmp.ok()) {
-        std::fprintf(stderr, "soyaos pack learn: cannot create a temporary output directory\n");
-        return supervisor::kExitSetup;
-      }
-      supervisor::RunRequest req;
-      req.pack_dir = pack_dir;
-      req.options.inputs = spec.inputs;
-      req.options.extra_args = spec.args;
-      req.options.out = tmp.out();
-      req.capture_output = true;  // the agent's output is not the proposal's
-      req.hooks = *hooks;
-      req.network = network;
-      req.moon_config_digest = config_digest;
-      auto run_secrets = secrets_for_another_run(secrets.secrets);
-      if (!run_secrets) {
-        std::fprintf(stderr, "soyaos pack learn: secrets: %s\n", run_secrets.error().describe().c_str());
-        return supervisor::kExitSetup;
-      }
-      req.secrets = std::move(*run_secrets);
-      req.learn = true;
-      req.learn_record = {{"round", round}, {"example", spec.name}, {"allow_network", a.allow_network},
-                          {"learned_so_far", current.keys().size()}};
-      req.amend_manifest = [&current, &a](manifest::Manifest& mm) {
-        policy::apply_proposal(mm, current, a.allow_network);
-      };
-      auto report = supervisor::run_pack(req);
-      if (!report.error.empty() && report.exit_code == supervisor::kExitSetup && report.outcome.duration_us == 0) {
+      auto run = run_in_comet(run_ctx, spec, [&](supervisor::RunRequest& req) {
+        req.learn = true;
+        req.learn_record = {{"round", round}, {"example", spec.name}, {"allow_network", a.allow_network},
+                            {"learned_so_far", current.keys().size()}};
+        req.amend_manifest = [&current, &a](manifest::Manifest& mm) {
+          policy::apply_proposal(mm, current, a.allow_network);
+        };
+      });
+      if (run.never_ran) {
         std::fprintf(stderr, "soyaos pack learn: round %d, %s: the Comet could not start: %s\n", round,
-                     shown(spec.name).c_str(), report.error.c_str());
+                     shown(spec.name).c_str(), run.error.c_str());
         return supervisor::kExitSetup;
       }
+      const auto& report = run.report;
       for (const auto& v : report.violations) learner.add(observation(v), spec.name);
       for (const auto& agg : report.violation_aggregates) learner.add(observation(agg.first), spec.name, agg.count);
       learner.add_dropped(report.violations_dropped);
@@ -385,6 +349,9 @@ void register_pack_learn(CLI::App& pack, CliContext& ctx) {
                 "Relay the egress entries learned in earlier rounds for real (without it nothing undeclared "
                 "reaches the network)");
   cmd->add_flag("--write", args->write, "Write the proposal into soyapack.yaml (comments and key order kept)");
+  cmd->add_flag("--unused", args->unused,
+                "Instead of a proposal, list the declared grants (fs paths, egress entries, http rules, secrets) "
+                "that no run used; exit 1 when there are some");
   cmd->add_option("--max-rounds", args->max_rounds, "Stop after this many rounds (default 5)");
   cmd->add_option("--format", args->format, "Output format: text (default) or json")
       ->check(CLI::IsMember({"text", "json"}));

@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/pack_runs.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
 #include "common/text.h"
@@ -73,27 +74,6 @@ struct ExampleResult {
   int stop_signal = 0;  // soyaos received SIGINT/SIGTERM/SIGHUP during it (C9)
 };
 
-// A fresh private directory for one example's /workdir/out, removed when done.
-class TempOut {
- public:
-  TempOut() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/soyaos-pack-test-XXXXXX";
-    if (::mkdtemp(tmpl.data()) != nullptr) root_ = tmpl;
-  }
-  ~TempOut() {
-    std::error_code ec;
-    if (!root_.empty()) fs::remove_all(root_, ec);
-  }
-  TempOut(const TempOut&) = delete;
-  TempOut& operator=(const TempOut&) = delete;
-  [[nodiscard]] bool ok() const { return !root_.empty(); }
-  [[nodiscard]] fs::path out() const { return root_ / "out"; }
-
- private:
-  fs::path root_;
-};
-
 std::string last_lines(const std::string& text, size_t n) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -102,20 +82,6 @@ std::string last_lines(const std::string& text, size_t n) {
   std::string out;
   for (size_t i = from; i < lines.size(); ++i) out += "    " + lines[i] + "\n";
   return out;
-}
-
-// Sandbox paths (/workdir/out/REL) of the regular files collected into `dir`.
-std::vector<std::string> collected_files(const fs::path& dir) {
-  std::vector<std::string> files;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return files;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->is_regular_file(ec)) {
-      files.push_back(std::string(kOut) + "/" + it->path().lexically_relative(dir).generic_string());
-    }
-  }
-  return files;
 }
 
 const manifest::Tool* find_tool(const manifest::Manifest& m, const std::string& name) {
@@ -171,59 +137,25 @@ std::string violation_text(const supervisor::Violation& v) {
   return v.surface + (v.access.empty() ? "" : " " + v.access) + " " + escape_for_terminal(v.resource);
 }
 
-ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const fs::path& pack_dir,
-                          const supervisor::RunHooks& hooks, const policy::OperatorNetwork& network,
-                          const std::vector<policy::RunSecret>& secrets, const std::string& moon_config_digest,
-                          std::vector<bool>& read_hit,
-                          std::vector<bool>& write_hit, std::vector<bool>& egress_hit) {
+ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& ex, const PackRunContext& ctx,
+                          std::vector<bool>& read_hit, std::vector<bool>& write_hit, std::vector<bool>& egress_hit) {
   ExampleResult r;
   r.name = ex.name;
-  TempOut tmp;
-  if (!tmp.ok()) {
-    r.not_started = true;
-    r.exit_code = supervisor::kExitSetup;
-    r.reason = "cannot create a temporary output directory";
-    return r;
-  }
-  supervisor::RunRequest req;
-  req.pack_dir = pack_dir;
-  // As an unnamed --input: a directory is /workdir/inputs, a file /workdir/inputs/<its name> (T6).
-  if (!ex.input.empty()) req.options.inputs.push_back({"", pack_dir / ex.input});
-  req.options.extra_args = ex.args;
-  req.options.out = tmp.out();
-  req.capture_output = true;
-  req.hooks = hooks;
-  req.network = network;
-  // C11: the same values, a fresh placeholder per run.
-  auto run_secrets = secrets_for_another_run(secrets);
-  if (!run_secrets) {
-    r.not_started = true;
-    r.exit_code = supervisor::kExitSetup;
-    r.reason = "secrets: " + run_secrets.error().describe();
-    return r;
-  }
-  req.secrets = std::move(*run_secrets);
-  req.moon_config_digest = moon_config_digest;
-
-  auto start = std::chrono::steady_clock::now();
-  auto report = supervisor::run_pack(req);
-  r.ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  auto run = run_in_comet(ctx, example_run(ex, ctx.pack_dir));
+  const auto& report = run.report;
+  r.ms = run.ms;
   r.exit_code = report.exit_code;
   r.run_id = report.run_id;
   r.stderr_tail = last_lines(report.captured.err, kStderrTailLines);
   r.stop_signal = report.outcome.stop_signal;
-
-  // 125/126 with an error: the agent never ran (a missing layer, an invalid manifest...).
-  if (!report.error.empty() && (report.exit_code == supervisor::kExitSetup ||
-                                report.exit_code == supervisor::kExitNotExecutable) &&
-      report.outcome.duration_us == 0) {
+  if (run.never_ran) {
     r.not_started = report.exit_code == supervisor::kExitSetup;
-    r.reason = "the Comet could not start: " + report.error;
+    r.reason = report.error.empty() ? run.error : "the Comet could not start: " + run.error;
     return r;
   }
 
-  auto outputs = collected_files(tmp.out());
-  mark_exercised(m, ex, pack_dir, outputs, read_hit, write_hit);
+  const auto& outputs = run.outputs;
+  mark_exercised(m, ex, ctx.pack_dir, outputs, read_hit, write_hit);
   // Egress: an entry is exercised when the gateway relayed a connection for it.
   for (size_t i = 0; i < m.capabilities.egress.size(); ++i) {
     const auto& used = report.egress_used;
@@ -249,10 +181,11 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
     reasons.push_back("stdout lacks \"" + *ex.expect.stdout_contains + "\"");
   }
   for (const auto& o : ex.expect.outputs) {
-    std::error_code ec;
     fs::path rel = fs::path(o).lexically_normal();
     bool inside = !rel.empty() && rel.is_relative() && *rel.begin() != "..";
-    if (!inside || !fs::is_regular_file(tmp.out() / rel, ec)) reasons.push_back("missing output " + o);
+    const bool collected =
+        inside && std::find(outputs.begin(), outputs.end(), std::string(kOut) + "/" + rel.generic_string()) != outputs.end();
+    if (!collected) reasons.push_back("missing output " + o);
   }
   for (size_t i = 0; i < reasons.size(); ++i) r.reason += (i == 0 ? "" : "; ") + reasons[i];
   r.passed = reasons.empty();
@@ -381,8 +314,8 @@ struct TestPlan {
       r.exit_code = supervisor::kExitSetup;
       r.reason = "moon: " + hooks.error().describe();
     } else {
-      r = run_example(plan.m, ex, plan.pack_dir, *hooks, plan.network, secrets.secrets, plan.config_digest, hits.read,
-                      hits.write, hits.egress);
+      const PackRunContext ctx{plan.pack_dir, *hooks, plan.network, plan.config_digest, &secrets.secrets};
+      r = run_example(plan.m, ex, ctx, hits.read, hits.write, hits.egress);
     }
     out = result_json(r, hits).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
@@ -585,9 +518,10 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
     sig = run_in_workers(plan, jobs, report, output_failed);
     if (output_failed) return 1;
   } else {
+    const PackRunContext ctx{pack_dir, *hooks, network, config_digest, &secrets.secrets};
     for (const auto& ex : m.examples) {
       Hits h = no_hits(m);
-      auto r = run_example(m, ex, pack_dir, *hooks, network, secrets.secrets, config_digest, h.read, h.write, h.egress);
+      auto r = run_example(m, ex, ctx, h.read, h.write, h.egress);
       sig = r.stop_signal != 0 ? r.stop_signal : supervisor::take_pending_stop_signal();
       if (!report(r, h)) return 1;
       if (sig != 0) break;

@@ -1,8 +1,10 @@
 // `soyaos pack learn` (SPEC.md C13, issue #13): real Comets, real servers on the host's
 // loopback (net_servers.h), packs whose needs are known. The suite is named Egress* so that
-// ctest runs it as root and (rootless.) as nobody.
+// ctest runs it as root and (rootless.) as nobody; and (daemon.) through a Moon daemon, so
+// that learn's events, and the absence of flags and cache entries, are checked there too.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,15 +52,19 @@ def write_out():
 def scratch():
     with open("/var/cache/learn/state", "w") as f: f.write("x")
 def flood():
-    for i in range(int(args["names"])):
-        try:
-            with connect("n%d.flood.test" % i, 80) as s: s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    # The quick ones first, so that a loaded machine's timeout still sees every kind.
+    for i in range(int(args["paths"])):
+        try: open("/srv/flood/d%d/f" % i).read()
         except OSError: pass
     q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"\x08bad\x01name\x04test\x00" + b"\x00\x01\x00\x01"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(1); s.sendto(q, ("127.0.0.1", 53)); s.recv(512)
-    for i in range(int(args["paths"])):
-        try: open("/srv/flood/d%d/f" % i).read()
+        s.settimeout(1)
+        s.sendto(q, ("127.0.0.1", 53))
+        try: s.recv(512)
+        except OSError: pass
+    for i in range(int(args["names"])):
+        try:
+            with connect("n%d.flood.test" % i, 80) as s: s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         except OSError: pass
 for step in args["steps"].split(","):
     attempt(step, {"tls": tls, "http": http, "tcp": tcp, "udp": udp, "read": read, "write_out": write_out,
@@ -197,6 +203,12 @@ TEST_F(EgressLearnTest, AllowNetworkRelaysLearnedEntriesAndTheResultPassesPackTe
   // Round 2 relayed the learned entries for real.
   EXPECT_GE(tls.accepted(), 1) << out.err;
   EXPECT_GE(http.accepted(), 1) << out.err;
+  // Its rounds exited 0 in a read-only pack, yet nothing was cached (C13): a learn run is
+  // never replayed as a result.
+  auto cache = run_soyaos({"cache", "ls", "--format", "json"}, {{"SOYAOS_HOME", home_.string()}});
+  EXPECT_EQ(cache.exit_code, 0) << cache.err;
+  EXPECT_TRUE(cache.out.empty()) << cache.out;
+  EXPECT_TRUE(stored("pack_flagged").empty());
   const std::string written = read_file(pack / "soyapack.yaml");
   EXPECT_EQ(written.rfind("# the pack's own comment, kept by --write\nsoyapack: v0\n", 0), 0U) << written;
   EXPECT_TRUE(contains(written, "  egress:  # to be learned\n    - {host: tls.learn.test, port: " + tp)) << written;
@@ -212,13 +224,75 @@ TEST_F(EgressLearnTest, AllowNetworkRelaysLearnedEntriesAndTheResultPassesPackTe
   EXPECT_TRUE(contains(again.err, "nothing to add")) << again.err;
 }
 
+// --unused: the declared grants no run used (issue #13, "Shrinking"), learned in stripped
+// rounds: the fs entries the runs needed come back round by round, egress entries, http
+// rules and secrets are judged by what went upstream.
+TEST_F(EgressLearnTest, UnusedListsTheDeclaredGrantsNoRunUsed) {
+  HttpServer http;
+  TlsEchoServer tls;
+  set_moon({{"web.learn.test", "127.0.0.1"}, {"tls.learn.test", "127.0.0.1"}});
+  const std::string hp = std::to_string(http.port()), tp = std::to_string(tls.port());
+  auto pack = make_pack(
+      "soyapack: v0\nname: learn-unused\nversion: 0.1.0\nagent: {runtime: python3, entrypoint: main.py}\n"
+      "secrets:\n  WEB_TOKEN: {hosts: [web.learn.test]}\n  SPARE_TOKEN: {hosts: [tls.learn.test]}\n"
+      "capabilities:\n  egress:\n"
+      "    - {host: web.learn.test, port: " + hp + ", protocol: http, http: [{method: GET, path: /}, {method: POST, path: /upload}]}\n"
+      "    - {host: tls.learn.test, port: " + tp + ", protocol: https}\n"
+      "  fs:\n    read: [/workdir, /srv/learn, /srv/extra]\n"
+      "    write: [/workdir/out, /var/cache/learn, /workdir/out/reports, /var/spool/never, /tmp]\n"
+      "  determinism_tier: read-only\nresources: {timeout: 20s}\n"
+      "examples:\n  - name: most\n    args: [\"steps=read,write_out,scratch,http\", \"http=" + hp + "\"]\n");
+  const std::vector<std::string> secrets = {"--secret", "WEB_TOKEN=env:LEARN_T1", "--secret", "SPARE_TOKEN=env:LEARN_T2"};
+  std::vector<std::string> args = {"pack", "learn", pack.string(), "--unused", "--format", "json"};
+  args.insert(args.end(), secrets.begin(), secrets.end());
+  const std::map<std::string, std::string> env = {
+      {"SOYAOS_HOME", home_.string()}, {"LEARN_T1", "value-one"}, {"LEARN_T2", "value-two"}};
+  auto out = run_soyaos(args, env, dir_.path());
+  EXPECT_EQ(out.exit_code, 1) << out.out << out.err;  // some grants are unused
+  auto doc = parse(out);
+  ASSERT_TRUE(doc.is_object()) << out.err;
+  const auto& u = doc["unused"];
+  EXPECT_EQ(paths_of(u["fs"]["read"]), std::set<std::string>{"/srv/extra"}) << u.dump(1);
+  // Private scratch (/var/spool/never, /tmp: a tmpfs directory of the Comet's own) is never
+  // listed, as in pack test and lint (SP113).
+  EXPECT_EQ(paths_of(u["fs"]["write"]), std::set<std::string>{"/workdir/out/reports"}) << u.dump(1);
+  EXPECT_EQ(egress_of(u), std::set<std::string>{"tls.learn.test:" + tp + "/https"}) << u.dump(1);
+  ASSERT_EQ(u["http"].size(), 1U) << u.dump(1);
+  EXPECT_EQ(u["http"][0]["key_path"], "capabilities.egress[0].http[1]");
+  ASSERT_EQ(u["secrets"].size(), 1U) << u.dump(1);
+  EXPECT_EQ(u["secrets"][0]["name"], "SPARE_TOKEN");
+  // Round 1 ran without the fs entries, round 2 with the three it needed, and added nothing.
+  EXPECT_EQ(doc["rounds"].size(), 2U) << doc.dump(1);
+  EXPECT_GE(http.accepted(), 1);   // a declared entry is relayed for real
+  expect_untouched(tls);
+  // Learn runs: observed, never flagged.
+  EXPECT_FALSE(stored("learn_observed").empty());
+  EXPECT_TRUE(stored("capability_violation").empty());
+  EXPECT_TRUE(stored("pack_flagged").empty());
+
+  // The same as text: one line per unused grant, exit 1.
+  args = {"pack", "learn", pack.string(), "--unused"};
+  args.insert(args.end(), secrets.begin(), secrets.end());
+  auto text = run_soyaos(args, env, dir_.path());
+  EXPECT_EQ(text.exit_code, 1) << text.out << text.err;
+  EXPECT_TRUE(contains(text.out, "declared but used by no run (1 run):\n")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  capabilities.fs.read[2]: /srv/extra\n")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  capabilities.egress[0].http[1]: {method: POST, path: /upload}\n")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  secrets.SPARE_TOKEN: no request went to its hosts (tls.learn.test)\n")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  capabilities.fs.write[2]: /workdir/out/reports\n")) << text.out;
+  EXPECT_FALSE(contains(text.out, "/tmp")) << text.out;
+  // --unused reports only.
+  auto both = learn(pack, {"--unused", "--write"});
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+}
+
 TEST_F(EgressLearnTest, AHostileAgentGetsABoundedReadableProposal) {
   set_moon({});
   auto pack = make_pack("soyapack: v0\nname: learn-flood\nversion: 0.1.0\n"
                         "agent: {runtime: python3, entrypoint: main.py}\n"
                         "capabilities:\n  egress: []\n  fs: {read: [/workdir]}\n  determinism_tier: read-only\n"
-                        "resources: {timeout: 4s, grace: 1s}\n");
-  auto out = learn(pack, {"--format", "json", "--max-rounds", "1"}, {"steps=flood,sleep", "names=300", "paths=1500"});
+                        "resources: {timeout: 8s, grace: 1s}\n");
+  auto out = learn(pack, {"--format", "json", "--max-rounds", "1"}, {"steps=flood,sleep", "names=300", "paths=600"});
   auto doc = parse(out);
   ASSERT_TRUE(doc.is_object()) << out.err;
   const auto& p = doc["proposal"];
