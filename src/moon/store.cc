@@ -624,6 +624,12 @@ Status Store::append_events(std::span<const json> events) {
   auto counter = prepare(db_, path_, "SELECT seq FROM sqlite_sequence WHERE name='events'");
   if (!counter) return counter.error();
   if (counter->step() == SQLITE_ROW) last = std::max(last, counter->integer(0));
+  // Done with both: a statement left at a row keeps the connection's read transaction
+  // open through COMMIT, and SQLite's automatic checkpoint after the commit (the only
+  // one: no checkpoint on close, see open()) then fails silently (SQLITE_LOCKED), so the
+  // WAL would grow without bound.
+  tail->reset();
+  counter->reset();
 
   auto st = prepare(db_, path_,
                     "INSERT INTO events (seq, time, type, run_id, pack, version, json, prev_hash, hash) "
