@@ -293,6 +293,37 @@ RemoteDir remote_pack_dir(const fs::path& home, const std::string& text) {
   return out;
 }
 
+Result<json> remote_list(const fs::path& home) {
+  oci::RemoteStore store(home);
+  auto recorded = store.recorded();
+  if (!recorded) return recorded.error();
+  json out = json::array();
+  for (const auto& r : *recorded) {
+    json e = {{"reference", r.reference}, {"digest", r.manifest_digest}};
+    std::string why;
+    auto ref = oci::parse_reference(r.reference, why);
+    auto pack = ref ? store.lookup(*ref) : Result<std::optional<oci::RemotePack>>(make_error(why));
+    if (!pack || !*pack) {
+      e["error"] = pack ? "the local copy is incomplete (pull it again)" : pack.error().describe();
+      out.push_back(std::move(e));
+      continue;
+    }
+    const auto& p = **pack;
+    e["name"] = p.name;
+    e["version"] = p.version;
+    e["archive_digest"] = p.layer.digest;
+    e["tree_digest"] = p.tree_digest;
+    e["recorded_at"] = r.at;
+    auto consent = consent_summary(p, home);
+    if (!consent) return consent.error();
+    e["approved"] = consent->approved;
+    e["runs"] = consent->runs;
+    e["consent"] = consent->state;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 namespace {
 
 // The password: one line from stdin, never argv; echo off when stdin is a terminal.

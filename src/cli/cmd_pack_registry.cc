@@ -112,11 +112,29 @@ int run_list(const std::string& format) {
     const bool flagged = flag->has_value();
     if (format == "json") {
       arr.push_back({{"name", p.name}, {"version", p.version}, {"digest", p.digest}, {"tree_digest", p.tree_digest},
-                     {"size", p.size}, {"pushed_at", p.pushed_at}, {"flagged", flagged}});
+                     {"size", p.size}, {"pushed_at", p.pushed_at}, {"flagged", flagged}, {"remote", false}});
     } else {
       std::printf("%s@%s  %s%s\n", escape_for_terminal(p.name).c_str(), escape_for_terminal(p.version).c_str(),
                   p.digest.c_str(), flagged ? "  [flagged]" : "");
     }
+  }
+  // The registry packs this home pulled (or pushed), after the local ones (C12).
+  auto home = moon::default_home();
+  if (!home) return fail("list", home.error());
+  auto remote = remote_list(*home);
+  if (!remote) return fail("list", remote.error());
+  for (auto& e : *remote) {
+    if (format == "json") {
+      e["remote"] = true;
+      arr.push_back(std::move(e));
+      continue;
+    }
+    // REF  sha256:MANIFEST  NAME@VERSION  consent: from a registry, escaped (E7).
+    const std::string pack = e.contains("error") ? "error: " + e["error"].get<std::string>()
+                                                 : e["name"].get<std::string>() + "@" + e["version"].get<std::string>() +
+                                                       "  " + e["consent"].get<std::string>();
+    std::printf("%s  %s  %s\n", escape_for_terminal(e["reference"].get<std::string>()).c_str(),
+                e["digest"].get<std::string>().c_str(), escape_for_terminal(pack).c_str());
   }
   if (format == "json") std::printf("%s\n", arr.dump(2).c_str());
   return std::fflush(stdout) == 0 ? 0 : 1;
@@ -158,7 +176,7 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
   bool flagged = false;
   for (const auto& f : *flags) flagged = flagged || f.active;
   const json summary = secrets_summary(p->manifest);
-  auto consent = inspect_consent(p->oci_manifest, format == "json");  // C12: signatures, approvals
+  auto consent = inspect_consent(**reg, p->oci_manifest, format == "json");  // C12: signatures, approvals
   if (!consent) return fail("inspect", consent.error());
   if (format == "json") {
     json fl = json::array();

@@ -4,7 +4,8 @@
 // sign: a minisign signature (common/minisign.h) of the pack's OCI image manifest, the
 // bytes whose sha256 is the pack's manifest digest; for a local NAME@VERSION it is kept in
 // the Moon (and written to -o FILE), so `minisign -V -m HOME/oci/blobs/sha256/HEX`
-// verifies it. Exit 0 signed, 1 failed, 2 usage.
+// verifies it. Exit 0 signed, 1 failed, 2 usage. Signatures and approvals go to the Moon
+// through its backend: a daemon's (which records its peer as who) when one serves.
 //
 // For a registry REF the signature is pushed as a referrer of the image manifest
 // (artifactType application/vnd.soyaos.pack.signature.v0) and kept in the Moon too.
@@ -153,8 +154,8 @@ int run_sign_remote(const std::string& ref_text, const std::string& key_file, co
   auto pushed = remote->client.push_referrer(pack.ref.repository, subject, kSignatureArtifactType, *text,
                                              kSignatureMediaType, json{{"org.soyaos.signature.key_id", key_id}});
   if (!pushed) return sign_fail(pushed.error());
-  auto store = moon::Store::open(*home);
-  if (!store) return sign_fail(store.error());
+  auto backend = moon::open_moon(*home);  // the daemon's when one serves this home
+  if (!backend) return sign_fail(backend.error());
   moon::SignatureRecord rec;
   rec.manifest_digest = pack.manifest_digest;
   rec.key_id = key_id;
@@ -166,8 +167,8 @@ int run_sign_remote(const std::string& ref_text, const std::string& key_file, co
                {"key_id", key_id},
                {"referrer", pushed->digest},
                {"actor", moon::actor_to_json(rec.by)}};
-  auto added = store->add_signature(rec, moon::pack_event("pack_signed", pack.name, pack.version, pack.tree_digest,
-                                                          std::move(data)));
+  auto added = (*backend)->add_signature(rec, moon::pack_event(moon::kSignedEvent, pack.name, pack.version,
+                                                             pack.tree_digest, std::move(data)));
   if (!added) return sign_fail(added.error());
   if (auto st = write_signature(out, *text); !st) return sign_fail(st.error());
   std::printf("signed  %s  %s  key %s  (referrer %s)\n", escape_for_terminal(reference).c_str(),
@@ -185,18 +186,14 @@ int run_sign(const std::string& ref_text, const std::string& key_file, const std
   }
   auto home = moon::default_home();
   if (!home) return sign_fail(home.error());
-  auto reg = moon::Registry::open(*home);
+  auto reg = moon::open_moon(*home);  // the daemon's when one serves this home
   if (!reg) return sign_fail(reg.error());
-  auto pack = reg->get(*ref);
+  auto pack = (*reg)->get(*ref);
   if (!pack) return sign_fail(pack.error());
   // The OCI image manifest as stored, checked against its digest before it is signed.
   const std::string& digest = pack->oci_manifest;
-  const fs::path blob = *home / "oci" / "blobs" / "sha256" / digest.substr(digest.find(':') + 1);
-  auto bytes = read_small_file(blob, manifest::kMaxManifestBytes, "OCI manifest");
+  auto bytes = (*reg)->oci_manifest(digest);
   if (!bytes) return sign_fail(bytes.error());
-  if ("sha256:" + sha256_hex(*bytes) != digest)
-    return sign_fail(make_error("the stored OCI manifest " + blob.string() + " does not match its digest " + digest +
-                                " (soyaos moon check)"));
   auto key = load_secret_key(key_file);
   if (!key) return sign_fail(key.error());
   auto text = minisign::sign(*key, *bytes, moon::signature_trusted_comment(ref->str(), digest),
@@ -212,8 +209,8 @@ int run_sign(const std::string& ref_text, const std::string& key_file, const std
                {"manifest_digest", digest},
                {"key_id", rec.key_id},
                {"actor", moon::actor_to_json(rec.by)}};
-  auto added = reg->store().add_signature(
-      rec, moon::pack_event("pack_signed", ref->name, ref->version, pack->tree_digest, std::move(data)));
+  auto added = (*reg)->add_signature(
+      rec, moon::pack_event(moon::kSignedEvent, ref->name, ref->version, pack->tree_digest, std::move(data)));
   if (!added) return sign_fail(added.error());
   if (auto st = write_signature(out, *text); !st) return sign_fail(st.error());
   std::printf("signed  %s  %s  key %s\n", ref->str().c_str(), digest.c_str(), rec.key_id.c_str());
@@ -312,20 +309,10 @@ int run_approve(const std::string& ref_text) {
 
 }  // namespace
 
-Result<std::string> inspect_consent(const std::string& manifest_digest, bool as_json) {
-  auto home = moon::default_home();
-  if (!home) return home.error();
-  // No store, nothing signed or approved here: opening one would create it, and a client of
-  // a Moon daemon (SOYAOS_MOON_SOCKET) must not grow an embedded store of its own.
-  std::error_code ec;
-  if (!std::filesystem::exists(*home / "moon.db", ec)) {
-    return as_json ? json{{"signatures", json::array()}, {"approvals", json::array()}}.dump() : std::string();
-  }
-  auto store = moon::Store::open(*home);
-  if (!store) return store.error();
-  auto sigs = store->signatures(manifest_digest);
+Result<std::string> inspect_consent(moon::MoonBackend& moon, const std::string& manifest_digest, bool as_json) {
+  auto sigs = moon.signatures(manifest_digest);
   if (!sigs) return sigs.error();
-  auto approvals = store->approvals_of(manifest_digest);
+  auto approvals = moon.approvals_of(manifest_digest);
   if (!approvals) return approvals.error();
   auto who = [](const moon::Actor& a) { return a.user.empty() ? "uid " + std::to_string(a.uid) : a.user; };
   if (as_json) {

@@ -1,4 +1,4 @@
-// `soyaos pack test [DIR|NAME@VERSION] [--strict] [--format text|json]` (SPEC.md T4):
+// `soyaos pack test [DIR|NAME@VERSION|REF] [--strict] [--format text|json]` (SPEC.md T4, C12):
 // runs every example of a pack in its own Comet, checks its `expect`, and reports which
 // declared capabilities no example exercised (the run-time twin of lint's static check).
 // Exit 0 all examples pass, 1 any failure (or no examples, or an invalid manifest, or with
@@ -36,12 +36,14 @@
 
 #include "cli/commands.h"
 #include "cli/pack_runs.h"
+#include "cli/remote_packs.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
 #include "manifest/manifest.h"
 #include "moon/store.h"
+#include "oci/reference.h"
 #include "policy/operator_network.h"
 #include "supervisor/run.h"
 
@@ -448,6 +450,16 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   std::error_code ec;
   if (fs::is_directory(a.pack, ec)) {
     pack_dir = a.pack;
+  } else if (std::string why; oci::looks_remote(a.pack) && oci::parse_reference(a.pack, why)) {
+    // REGISTRY/REPO[:TAG|@DIGEST]: as `run REF` (C12) — pulled on first use through the
+    // same signature and consent gate (refused: 125, "approve"), offline afterwards. (A
+    // path that is neither a directory nor a reference is "no such pack directory", 1.)
+    auto remote = remote_pack_dir(*home, a.pack);
+    if (remote.dir.empty()) {
+      std::fprintf(stderr, "soyaos pack test: %s\n", escape_for_terminal(remote.error).c_str());
+      return remote.exit_code != 0 ? remote.exit_code : supervisor::kExitSetup;
+    }
+    pack_dir = remote.dir;
   } else if (a.pack.find('@') != std::string::npos) {
     auto dir = pack_dir_for_ref(*home, a.pack);
     if (!dir) {
@@ -587,7 +599,8 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
 void register_pack_test(CLI::App& pack, CliContext& ctx) {
   auto args = std::make_shared<TestArgs>();
   auto* cmd = pack.add_subcommand("test", "Run every example of a pack in a Comet and check its `expect`");
-  cmd->add_option("pack", args->pack, "Pack directory (default: the current directory), or NAME@VERSION");
+  cmd->add_option("pack", args->pack,
+                  "Pack directory (default: the current directory), NAME@VERSION, or REGISTRY/REPO[:TAG|@DIGEST]");
   cmd->add_flag("--strict", args->strict, "Fail when a declared fs or egress capability is exercised by no example");
   cmd->add_option("--secret", args->secrets,
                   "NAME, NAME=env:VAR or NAME=file:PATH: the value of a declared secret (as for `soyaos run`); "

@@ -15,6 +15,10 @@ namespace soyaos::policy {
 struct OperatorNetwork;
 }  // namespace soyaos::policy
 
+namespace soyaos::moon {
+class MoonBackend;
+}  // namespace soyaos::moon
+
 namespace soyaos::cli {
 
 struct CliContext {
@@ -61,7 +65,7 @@ bool print_findings(const std::vector<std::string>& findings, const std::string&
 // cmd_pack_sign.cc, for `pack inspect`: the signatures and approvals the Moon holds for an
 // OCI manifest digest: a JSON object {"signatures": [...], "approvals": [...]} as text, or
 // the lines to print ("" when there are none).
-Result<std::string> inspect_consent(const std::string& manifest_digest, bool as_json);
+Result<std::string> inspect_consent(moon::MoonBackend& moon, const std::string& manifest_digest, bool as_json);
 
 // `config_digest`, when given, gets "sha256:…" of the file's bytes or "none" (E5).
 bool load_operator_network(const std::filesystem::path& home, policy::OperatorNetwork& network,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -72,7 +73,7 @@ bool terminal_yes(const std::string& question) {
 }
 
 
-// What both the gate and `pack approve` need: the configuration, the store, the refused
+// What both the gate and `pack approve` need: the configuration, the Moon, the refused
 // event, and the trust verdict (signatures from the registry and those the Moon kept).
 struct Judge {
   const oci::RemotePack& pack;
@@ -80,7 +81,7 @@ struct Judge {
   const std::string reference;
   GateUse use;
   std::optional<moon::MoonConfig> config;
-  std::optional<moon::Store> store;
+  std::unique_ptr<moon::MoonBackend> moon;  // embedded, or the daemon's (SOYAOS_MOON_SOCKET)
   std::string error;
 
   Judge(const oci::RemotePack& p, GateUse u, const std::filesystem::path& home)
@@ -91,12 +92,12 @@ struct Judge {
       return;
     }
     config = std::move(*cfg.config);
-    auto st = moon::Store::open(home);
-    if (!st) {
-      error = st.error().describe();
+    auto m = moon::open_moon(home);
+    if (!m) {
+      error = m.error().describe();
       return;
     }
-    store.emplace(std::move(*st));
+    moon = std::move(*m);
   }
 
   void refused_event(const std::string& reason, const std::string& detail) {
@@ -108,7 +109,7 @@ struct Judge {
                  {"stage", use_name(use)},
                  {"actor", moon::actor_to_json(moon::current_actor())}};
     const json e = moon::pack_event("pack_refused", pack.name, pack.version, pack.tree_digest, std::move(data));
-    (void)store->append_events(std::span<const json>(&e, 1));
+    (void)moon->record_pack_event(e);
   }
 
   // The trust verdict; `fetch_error` set when the registry's signatures could not be read.
@@ -122,7 +123,7 @@ struct Judge {
         fetch_error = fetched.error().describe();
       }
     }
-    if (auto kept = store->signatures(pack.manifest_digest); kept) {
+    if (auto kept = moon->signatures(pack.manifest_digest); kept) {
       for (const auto& s : *kept) texts.push_back(s.signature);
     }
     auto v = moon::check_trust(*config, repository, pack.manifest_digest, pack.manifest_bytes, texts);
@@ -136,7 +137,7 @@ struct Judge {
         rec.signature = text;
         rec.reference = reference;
         rec.by = moon::current_actor();
-        (void)store->add_signature(rec, nullptr);
+        (void)moon->add_signature(rec, nullptr);
       }
     }
     return v;
@@ -155,6 +156,16 @@ struct Judge {
     return policy::diff_capabilities(manifest::Manifest{}, *parsed.manifest);
   }
 };
+
+std::string consent_text(const moon::ConsentVerdict& c, const std::string& repository) {
+  switch (c.state) {
+    case moon::ConsentState::approved: return "approved";
+    case moon::ConsentState::first_version: return "needs approval (first version of " + repository + ")";
+    case moon::ConsentState::wider: return "needs approval (wider than the approved " + c.last->reference + ")";
+    case moon::ConsentState::not_wider: return "runs (no wider than the approved " + c.last->reference + ")";
+  }
+  return "needs approval";
+}
 
 std::string keys_of(const moon::TrustVerdict& v) {
   std::string keys;
@@ -195,18 +206,11 @@ GateDecision remote_pack_gate(const GateRequest& req) {
 
   // ---- consent ----
   const std::string manifest_text = j.manifest_text();
-  auto c = moon::check_consent(*j.store, j.repository, req.pack.manifest_digest, manifest_text);
+  auto c = moon::check_consent(*j.moon, j.repository, req.pack.manifest_digest, manifest_text);
   if (!c) return fail(c.error().describe());
   if (req.use == GateUse::inspect) {
-    std::string state;
-    switch (c->state) {
-      case moon::ConsentState::approved: state = "approved"; break;
-      case moon::ConsentState::first_version: state = "needs approval (first version of " + j.repository + ")"; break;
-      case moon::ConsentState::wider: state = "needs approval (wider than the approved " + c->last->reference + ")"; break;
-      case moon::ConsentState::not_wider: state = "runs (no wider than the approved " + c->last->reference + ")"; break;
-    }
-    d.lines.push_back("consent:      " + state);
-    if (auto a = j.store->approvals_of(req.pack.manifest_digest); a) {
+    d.lines.push_back("consent:      " + consent_text(*c, j.repository));
+    if (auto a = j.moon->approvals_of(req.pack.manifest_digest); a) {
       for (const auto& r : *a) {
         d.lines.push_back("approved:     " + r.approved_at + " by " +
                           (r.by.user.empty() ? "uid " + std::to_string(r.by.uid) : r.by.user) + " (" + r.repository + ")");
@@ -231,12 +235,25 @@ GateDecision remote_pack_gate(const GateRequest& req) {
     return fail("refused: " + j.reference + " is " + why + "; approve it first: soyaos pack approve " + j.reference +
                 " (or soyaos pack pull --approve " + j.reference + ")");
   }
-  if (auto s = moon::record_approval(*j.store, j.repository, req.pack.manifest_digest, j.reference, manifest_text,
+  if (auto s = moon::record_approval(*j.moon, j.repository, req.pack.manifest_digest, j.reference, manifest_text,
                                      moon::current_actor(), *c);
       !s)
     return fail(s.error().describe());
   d.notes.push_back("approved: " + j.reference + " (" + why + ")");
   return d;
+}
+
+Result<ConsentSummary> consent_summary(const oci::RemotePack& pack, const std::filesystem::path& home) {
+  auto m = moon::open_moon(home);
+  if (!m) return m.error();
+  const std::string manifest_text = pack.config_json.contains("manifest") ? pack.config_json["manifest"].dump() : "";
+  auto c = moon::check_consent(**m, pack.ref.scope(), pack.manifest_digest, manifest_text);
+  if (!c) return c.error();
+  ConsentSummary out;
+  out.approved = c->state == moon::ConsentState::approved;
+  out.runs = !c->needs_approval();
+  out.state = consent_text(*c, pack.ref.scope());
+  return out;
 }
 
 GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& client, const std::filesystem::path& home) {
@@ -256,7 +273,7 @@ GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& clien
   }
   if (trust.required) d.notes.push_back("signature verified: " + j.reference + " (key " + keys_of(trust) + ")");
   const std::string manifest_text = j.manifest_text();
-  auto c = moon::check_consent(*j.store, j.repository, pack.manifest_digest, manifest_text);
+  auto c = moon::check_consent(*j.moon, j.repository, pack.manifest_digest, manifest_text);
   if (!c) return fail(c.error().describe());
   if (c->state == moon::ConsentState::approved) {
     d.lines.push_back("already approved  " + j.reference + "  " + pack.manifest_digest);
@@ -271,7 +288,7 @@ GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& clien
     d.lines.push_back(text.substr(at, nl - at));
     at = nl == std::string::npos ? text.size() : nl + 1;
   }
-  if (auto s = moon::record_approval(*j.store, j.repository, pack.manifest_digest, j.reference, manifest_text,
+  if (auto s = moon::record_approval(*j.moon, j.repository, pack.manifest_digest, j.reference, manifest_text,
                                      moon::current_actor(), *c);
       !s)
     return fail(s.error().describe());

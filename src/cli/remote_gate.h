@@ -42,6 +42,16 @@ GateDecision remote_pack_gate(const GateRequest& request);
 // it is not approved), then the capabilities (the diff against the newest approval, or all
 // of them for a first version) are printed on stdout and the approval recorded, whether or
 // not the version is wider. exit_code 0 approved, 1 refused (message says why).
+// `pack list`: where a pulled pack stands with the operator (the consent check of the gate,
+// nothing recorded). `state`: "approved", "runs (no wider than the approved REF)", "needs
+// approval (first version of REPO)" or "needs approval (wider than the approved REF)".
+struct ConsentSummary {
+  bool approved = false;  // this digest was approved
+  bool runs = false;      // approved, or no wider than the newest approval
+  std::string state;
+};
+Result<ConsentSummary> consent_summary(const oci::RemotePack& pack, const std::filesystem::path& home);
+
 GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& client, const std::filesystem::path& home);
 
 }  // namespace soyaos::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "common/result.h"
@@ -25,6 +26,12 @@ struct RemoteDir {
   std::string error;
 };
 RemoteDir remote_pack_dir(const std::filesystem::path& home, const std::string& ref);
+
+// For `pack list`: the registry packs HOME holds (pulled, or pushed from here), one JSON
+// object each: reference, digest (the image manifest's), name, version, archive_digest,
+// tree_digest, recorded_at, approved, runs, consent (remote_gate.h ConsentSummary); a local
+// copy that cannot be read has `error` instead of the pack's fields.
+Result<nlohmann::ordered_json> remote_list(const std::filesystem::path& home);
 
 void register_login_commands(CLI::App& app, CliContext& ctx);  // login, logout
 

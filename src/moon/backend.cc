@@ -9,9 +9,12 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <vector>
 
+#include "common/digest.h"
 #include "lint/report.h"
+#include "manifest/manifest.h"
 #include "moon/live_runs.h"
 
 namespace soyaos::moon {
@@ -112,6 +115,44 @@ class EmbeddedMoon final : public MoonBackend {
   Status append_events(std::span<const json> events) override { return reg_.store().append_events(events); }
   Result<std::vector<StoredEvent>> query_events(const EventQuery& q) override {
     return reg_.store().query_events(q);
+  }
+  Result<bool> add_signature(const SignatureRecord& sig, const json& event) override {
+    return reg_.store().add_signature(sig, event);
+  }
+  Result<std::vector<SignatureRecord>> signatures(const std::string& manifest_digest) override {
+    return reg_.store().signatures(manifest_digest);
+  }
+  Status add_approval(const ApprovalRecord& approval, const json& event) override {
+    return reg_.store().add_approval(approval, event);
+  }
+  Result<std::optional<ApprovalRecord>> last_approval(const std::string& repository) override {
+    return reg_.store().last_approval(repository);
+  }
+  Result<std::vector<ApprovalRecord>> approvals_of(const std::string& digest) override {
+    return reg_.store().approvals_of(digest);
+  }
+  Status record_pack_event(const json& event) override {
+    return reg_.store().append_events(std::span<const json>(&event, 1));
+  }
+  Result<std::string> oci_manifest(const std::string& digest) override {
+    // The digest names a file: only "sha256:" and 64 lower-case hex digits (a daemon's
+    // client chooses it).
+    const bool hex = digest.size() == 71 && digest.rfind("sha256:", 0) == 0 &&
+                     digest.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
+    if (!hex) return make_error("not a manifest digest: " + digest, EINVAL);
+    const fs::path blob = reg_.home() / "oci" / "blobs" / "sha256" / digest.substr(7);
+    std::error_code ec;
+    const auto size = fs::file_size(blob, ec);
+    if (ec) return make_error("the OCI manifest " + blob.string() + ": " + ec.message(), ec.value());
+    if (size > manifest::kMaxManifestBytes) return make_error("the OCI manifest " + blob.string() + " is too large");
+    std::ifstream f(blob, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (!f.good() && !f.eof()) return make_error("read the OCI manifest " + blob.string());
+    if ("sha256:" + sha256_hex(bytes) != digest) {
+      return make_error("the stored OCI manifest " + blob.string() + " does not match its digest " + digest +
+                        " (soyaos moon check)");
+    }
+    return bytes;
   }
   Result<MoonStatus> status() override {
     MoonStatus s;
@@ -263,6 +304,54 @@ FlagRecord flag_from_json(const json& j) {
   f.cleared_reason = str(j, "cleared_reason");
   f.active = j.value("active", false);
   return f;
+}
+
+json to_json(const SignatureRecord& r) {
+  return {{"id", r.id},
+          {"manifest_digest", r.manifest_digest},
+          {"key_id", r.key_id},
+          {"signature", r.signature},
+          {"reference", r.reference},
+          {"added_at", r.added_at},
+          {"by", {{"uid", r.by.uid}, {"user", r.by.user}}}};
+}
+SignatureRecord signature_from_json(const json& j) {
+  SignatureRecord r;
+  r.id = num(j, "id");
+  r.manifest_digest = str(j, "manifest_digest");
+  r.key_id = str(j, "key_id");
+  r.signature = str(j, "signature");
+  r.reference = str(j, "reference");
+  r.added_at = str(j, "added_at");
+  if (j.contains("by") && j["by"].is_object()) {
+    r.by.uid = num(j["by"], "uid");
+    r.by.user = str(j["by"], "user");
+  }
+  return r;
+}
+
+json to_json(const ApprovalRecord& a) {
+  return {{"id", a.id},
+          {"repository", a.repository},
+          {"digest", a.digest},
+          {"reference", a.reference},
+          {"manifest", a.manifest},
+          {"approved_at", a.approved_at},
+          {"by", {{"uid", a.by.uid}, {"user", a.by.user}}}};
+}
+ApprovalRecord approval_from_json(const json& j) {
+  ApprovalRecord a;
+  a.id = num(j, "id");
+  a.repository = str(j, "repository");
+  a.digest = str(j, "digest");
+  a.reference = str(j, "reference");
+  a.manifest = str(j, "manifest");
+  a.approved_at = str(j, "approved_at");
+  if (j.contains("by") && j["by"].is_object()) {
+    a.by.uid = num(j["by"], "uid");
+    a.by.user = str(j["by"], "user");
+  }
+  return a;
 }
 
 Actor actor_for_uid(int64_t uid) {

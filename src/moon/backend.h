@@ -131,6 +131,22 @@ class MoonBackend {
   virtual Status append_events(std::span<const nlohmann::ordered_json> events) = 0;
   virtual Result<std::vector<StoredEvent>> query_events(const EventQuery& query) = 0;
 
+  // ---- signatures and approvals of registry packs (C12; moon/consent.h) ----
+  // `sig.by`, `approval.by` and an event's data.actor are this process's user; the daemon
+  // replaces them with its peer's uid (SO_PEERCRED), as it does for runs. `event`:
+  // pack_signed (or null) for a signature, pack_approved for an approval. The daemon takes
+  // approvals only from root or the Moon's owner (they let wider packs run for everyone).
+  virtual Result<bool> add_signature(const SignatureRecord& sig, const nlohmann::ordered_json& event) = 0;
+  virtual Result<std::vector<SignatureRecord>> signatures(const std::string& manifest_digest) = 0;
+  virtual Status add_approval(const ApprovalRecord& approval, const nlohmann::ordered_json& event) = 0;
+  virtual Result<std::optional<ApprovalRecord>> last_approval(const std::string& repository) = 0;
+  virtual Result<std::vector<ApprovalRecord>> approvals_of(const std::string& digest) = 0;
+  // A Moon event about a pack that goes with no record (pack_refused), actor as above.
+  virtual Status record_pack_event(const nlohmann::ordered_json& event) = 0;
+  // The bytes of the OCI image manifest `digest` of a pushed pack (HOME/oci/blobs),
+  // checked against the digest; what `pack sign NAME@VERSION` signs.
+  virtual Result<std::string> oci_manifest(const std::string& digest) = 0;
+
   virtual Result<MoonStatus> status() = 0;
 };
 
@@ -165,6 +181,14 @@ nlohmann::ordered_json to_json(const MoonStatus&);
 MoonStatus status_from_json(const nlohmann::ordered_json&);
 nlohmann::ordered_json to_json(const PushReply&);
 PushReply push_reply_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const SignatureRecord&);
+SignatureRecord signature_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const ApprovalRecord&);
+ApprovalRecord approval_from_json(const nlohmann::ordered_json&);
+// The event types a client may have the Moon store with each request above.
+inline constexpr const char* kSignedEvent = "pack_signed";
+inline constexpr const char* kApprovedEvent = "pack_approved";
+inline constexpr const char* kRefusedEvent = "pack_refused";
 
 // Counts for status(): packs and events, read from HOME/moon.db (read-only connection).
 Status count_state(const std::filesystem::path& home, MoonStatus& out);

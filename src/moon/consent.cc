@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "common/text.h"
 #include "manifest/manifest.h"
@@ -124,15 +126,15 @@ const char* to_string(ConsentState s) {
   return "wider";
 }
 
-Result<ConsentVerdict> check_consent(Store& store, const std::string& repository, const std::string& digest,
+namespace {
+
+// Where `digest` stands given its approvals (`mine`) and the repository's newest (`last`).
+Result<ConsentVerdict> judge_consent(const std::vector<ApprovalRecord>& mine, std::optional<ApprovalRecord> last,
+                                     const std::string& repository, const std::string& digest,
                                      const std::string& manifest_text) {
   ConsentVerdict v;
-  auto mine = store.approvals_of(digest);
-  if (!mine) return mine.error();
-  auto last = store.last_approval(repository);
-  if (!last) return last.error();
-  v.last = *last;
-  for (const auto& a : *mine) {
+  v.last = std::move(last);
+  for (const auto& a : mine) {
     if (a.repository == repository) {
       v.state = ConsentState::approved;
       return v;
@@ -149,6 +151,29 @@ Result<ConsentVerdict> check_consent(Store& store, const std::string& repository
   v.diff = policy::diff_capabilities(*from, *to);
   v.state = v.diff.wider() ? ConsentState::wider : ConsentState::not_wider;
   return v;
+}
+
+// Store or MoonBackend: both answer approvals_of and last_approval.
+template <typename Records>
+Result<ConsentVerdict> consent_of(Records& records, const std::string& repository, const std::string& digest,
+                                  const std::string& manifest_text) {
+  auto mine = records.approvals_of(digest);
+  if (!mine) return mine.error();
+  auto last = records.last_approval(repository);
+  if (!last) return last.error();
+  return judge_consent(*mine, std::move(*last), repository, digest, manifest_text);
+}
+
+}  // namespace
+
+Result<ConsentVerdict> check_consent(Store& store, const std::string& repository, const std::string& digest,
+                                     const std::string& manifest_text) {
+  return consent_of(store, repository, digest, manifest_text);
+}
+
+Result<ConsentVerdict> check_consent(MoonBackend& moon, const std::string& repository, const std::string& digest,
+                                     const std::string& manifest_text) {
+  return consent_of(moon, repository, digest, manifest_text);
 }
 
 json diff_json(const policy::CapabilityDiff& diff) {
@@ -182,9 +207,13 @@ json pack_event(const std::string& type, const std::string& pack, const std::str
   return event;
 }
 
-Status record_approval(Store& store, const std::string& repository, const std::string& digest,
-                       const std::string& reference, const std::string& manifest_text, const Actor& actor,
-                       const ConsentVerdict& verdict) {
+namespace {
+
+// The approval and its `pack_approved` event (reference, repository, digest, actor, what
+// the verdict was and the changes approved).
+std::pair<ApprovalRecord, json> approval_and_event(const std::string& repository, const std::string& digest,
+                                                   const std::string& reference, const std::string& manifest_text,
+                                                   const Actor& actor, const ConsentVerdict& verdict) {
   ApprovalRecord a;
   a.repository = repository;
   a.digest = digest;
@@ -203,7 +232,23 @@ Status record_approval(Store& store, const std::string& repository, const std::s
                {"previous", verdict.last ? json(verdict.last->digest) : json(nullptr)},
                {"diff", diff_json(verdict.diff)},
                {"actor", actor_to_json(actor)}};
-  return store.add_approval(a, pack_event("pack_approved", name, version, "", std::move(data)));
+  return {std::move(a), pack_event("pack_approved", name, version, "", std::move(data))};
+}
+
+}  // namespace
+
+Status record_approval(Store& store, const std::string& repository, const std::string& digest,
+                       const std::string& reference, const std::string& manifest_text, const Actor& actor,
+                       const ConsentVerdict& verdict) {
+  auto [a, event] = approval_and_event(repository, digest, reference, manifest_text, actor, verdict);
+  return store.add_approval(a, event);
+}
+
+Status record_approval(MoonBackend& moon, const std::string& repository, const std::string& digest,
+                       const std::string& reference, const std::string& manifest_text, const Actor& actor,
+                       const ConsentVerdict& verdict) {
+  auto [a, event] = approval_and_event(repository, digest, reference, manifest_text, actor, verdict);
+  return moon.add_approval(a, event);
 }
 
 }  // namespace soyaos::moon

@@ -22,6 +22,7 @@
 
 #include "common/minisign.h"
 #include "common/result.h"
+#include "moon/backend.h"
 #include "moon/config.h"
 #include "moon/store.h"
 #include "policy/capability_diff.h"
@@ -70,10 +71,17 @@ struct ConsentVerdict {
 // manifest (here or in the last approval) is an error: never approved by default.
 Result<ConsentVerdict> check_consent(Store& store, const std::string& repository, const std::string& digest,
                                      const std::string& manifest_text);
+// The same through a MoonBackend (the embedded Moon or a daemon's).
+Result<ConsentVerdict> check_consent(MoonBackend& moon, const std::string& repository, const std::string& digest,
+                                     const std::string& manifest_text);
 
 // Records the operator's approval (and a `pack_approved` event: reference, repository,
 // digest, actor, what the verdict was and the changes approved).
 Status record_approval(Store& store, const std::string& repository, const std::string& digest,
+                       const std::string& reference, const std::string& manifest_text, const Actor& actor,
+                       const ConsentVerdict& verdict);
+// The same through a MoonBackend; a daemon records its peer as the actor.
+Status record_approval(MoonBackend& moon, const std::string& repository, const std::string& digest,
                        const std::string& reference, const std::string& manifest_text, const Actor& actor,
                        const ConsentVerdict& verdict);
 

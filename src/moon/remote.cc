@@ -18,6 +18,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/digest.h"
 #include "common/unique_fd.h"
 #include "moon/archive.h"
 #include "moon/backend.h"
@@ -407,6 +408,92 @@ class RemoteMoon final : public MoonBackend {
       if (!reply->value("more", false)) break;
     }
     return out;
+  }
+
+  // Who signed, approved or was refused is not taken from these requests: the daemon
+  // stamps its peer (SO_PEERCRED). The records' own `by` serve only the fallback.
+  Result<bool> add_signature(const SignatureRecord& sig, const json& event) override {
+    auto r = request({{"op", "add_signature"}, {"signature", to_json(sig)}, {"event", event}},
+                     [&](MoonBackend& b) -> Result<json> {
+                       auto added = b.add_signature(sig, event);
+                       if (!added) return added.error();
+                       return json{{"added", *added}};
+                     });
+    if (!r) return r.error();
+    return r->value("added", false);
+  }
+
+  Result<std::vector<SignatureRecord>> signatures(const std::string& manifest_digest) override {
+    auto r = request({{"op", "signatures"}, {"digest", manifest_digest}}, [&](MoonBackend& b) -> Result<json> {
+      auto l = b.signatures(manifest_digest);
+      if (!l) return l.error();
+      json arr = json::array();
+      for (const auto& x : *l) arr.push_back(to_json(x));
+      return json{{"signatures", std::move(arr)}};
+    });
+    if (!r) return r.error();
+    std::vector<SignatureRecord> out;
+    for (const auto& x : r->value("signatures", json::array())) out.push_back(signature_from_json(x));
+    return out;
+  }
+
+  Status add_approval(const ApprovalRecord& approval, const json& event) override {
+    auto r = request({{"op", "add_approval"}, {"approval", to_json(approval)}, {"event", event}},
+                     [&](MoonBackend& b) -> Result<json> {
+                       if (auto st = b.add_approval(approval, event); !st) return st.error();
+                       return json::object();
+                     });
+    if (!r) return r.error();
+    return {};
+  }
+
+  Result<std::optional<ApprovalRecord>> last_approval(const std::string& repository) override {
+    auto r = request({{"op", "last_approval"}, {"repository", repository}}, [&](MoonBackend& b) -> Result<json> {
+      auto a = b.last_approval(repository);
+      if (!a) return a.error();
+      return json{{"approval", *a ? to_json(**a) : json(nullptr)}};
+    });
+    if (!r) return r.error();
+    if (!r->contains("approval") || !(*r)["approval"].is_object()) return std::optional<ApprovalRecord>();
+    return std::optional<ApprovalRecord>(approval_from_json((*r)["approval"]));
+  }
+
+  Result<std::vector<ApprovalRecord>> approvals_of(const std::string& digest) override {
+    auto r = request({{"op", "approvals_of"}, {"digest", digest}}, [&](MoonBackend& b) -> Result<json> {
+      auto l = b.approvals_of(digest);
+      if (!l) return l.error();
+      json arr = json::array();
+      for (const auto& x : *l) arr.push_back(to_json(x));
+      return json{{"approvals", std::move(arr)}};
+    });
+    if (!r) return r.error();
+    std::vector<ApprovalRecord> out;
+    for (const auto& x : r->value("approvals", json::array())) out.push_back(approval_from_json(x));
+    return out;
+  }
+
+  Status record_pack_event(const json& event) override {
+    auto r = request({{"op", "pack_event"}, {"event", event}}, [&](MoonBackend& b) -> Result<json> {
+      if (auto st = b.record_pack_event(event); !st) return st.error();
+      return json::object();
+    });
+    if (!r) return r.error();
+    return {};
+  }
+
+  Result<std::string> oci_manifest(const std::string& digest) override {
+    auto r = request({{"op", "oci_manifest"}, {"digest", digest}}, [&](MoonBackend& b) -> Result<json> {
+      auto m = b.oci_manifest(digest);
+      if (!m) return m.error();
+      return json{{"manifest", *m}};
+    });
+    if (!r) return r.error();
+    const std::string bytes = r->value("manifest", "");
+    // Checked here too: the bytes signed are the bytes the digest names.
+    if ("sha256:" + sha256_hex(bytes) != digest) {
+      return make_error("the Moon daemon's OCI manifest " + digest + " does not match its digest");
+    }
+    return bytes;
   }
 
   Result<MoonStatus> status() override {

@@ -25,6 +25,7 @@
 #include "common/unique_fd.h"
 #include "moon/archive.h"
 #include "moon/backend.h"
+#include "moon/server_consent.h"
 #include "moon/server_runs.h"
 #include "moon/wire.h"
 #include "scope/events.h"
@@ -204,6 +205,7 @@ Result<json> dispatch(Shared& sh, MoonBackend& moon, const json& req, const Peer
     if (!m) return m.error();
     return json{{"manifest", *m ? json(**m) : json(nullptr)}};
   }
+  if (auto r = handle_consent_op(moon, op, req, peer.uid, peer.known)) return std::move(*r);  // C12
   if (op == "status") {
     auto s = moon.status();
     if (!s) return s.error();

@@ -332,6 +332,30 @@ Status RemoteStore::record(const RemotePack& pack, const std::string& layer_file
   return write_ref(pack.ref, pack.manifest_digest);
 }
 
+Result<std::vector<RemoteStore::Recorded>> RemoteStore::recorded() {
+  bool missing = false;
+  auto text = read_file(home_ / "remote" / "refs.json", kMaxRefsBytes, &missing);
+  if (!text) return text.error();
+  std::vector<Recorded> out;
+  if (missing) return out;
+  const json refs = json::parse(*text, nullptr, false);
+  if (!refs.is_object()) return make_error((home_ / "remote" / "refs.json").string() + " is not a JSON object");
+  for (const auto& [k, v] : refs.items()) {
+    std::string why;
+    auto r = parse_reference(k, why);
+    if (!r || !v.is_object() || !valid_digest(str_at(v, "manifest"))) continue;
+    if (!r->digest.empty()) {
+      Reference tagged = *r;
+      tagged.digest.clear();
+      const auto t = refs.find(tagged.str());
+      if (t != refs.end() && t->is_object() && str_at(*t, "manifest") == r->digest) continue;
+    }
+    out.push_back({k, str_at(v, "manifest"), str_at(v, "at")});
+  }
+  std::sort(out.begin(), out.end(), [](const Recorded& a, const Recorded& b) { return a.reference < b.reference; });
+  return out;
+}
+
 std::vector<std::string> RemoteStore::repositories_holding(const std::string& registry, const std::string& digest) {
   std::vector<std::string> out;
   auto text = read_file(home_ / "remote" / "refs.json", kMaxRefsBytes);

@@ -81,6 +81,14 @@ class RemoteStore {
   // Records a push (REF -> manifest) so a later push can mount from it and run REF works.
   Status record(const RemotePack& pack, const std::string& layer_file);
   std::filesystem::path blob_path(const std::string& digest) const;
+  // The references recorded in refs.json (pulled or pushed from this home), sorted; a
+  // pinned entry that only repeats its tag's (written by the same pull) is left out.
+  struct Recorded {
+    std::string reference;
+    std::string manifest_digest;
+    std::string at;  // when it was recorded (RFC 3339)
+  };
+  Result<std::vector<Recorded>> recorded();
 
  private:
   Status store_blob(const std::string& digest, const std::string& bytes);

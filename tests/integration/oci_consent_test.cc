@@ -2,7 +2,7 @@
 // Debian's docker-registry on 127.0.0.1, keys from Debian's minisign, each "host" a
 // SOYAOS_HOME of its own. A signed pack pulls; unsigned, foreign-signed and re-tagged ones
 // are refused at pull (1) and run (125) with an event; a first or wider version waits for
-// approval, a narrower one does not.
+// approval, a narrower one does not. Root and nobody (the `rootless.` copies).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -52,9 +52,12 @@ class OciConsent : public ::testing::Test {
   }
   void key(const std::string& name) {
     ASSERT_EQ(sh("minisign -G -W -p " + path(name + ".pub") + " -s " + path(name + ".key") + " >/dev/null"), 0);
+    // Readable by the rootless copies' soyaos (nobody), which signs with it.
+    fs::permissions(path(name + ".key"), fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   }
   void trust(const std::string& host, const std::string& pub) {
     fs::create_directories(t_.path() / host);
+    fs::permissions(t_.path() / host, fs::perms::all);  // a SOYAOS_HOME nobody can write to
     std::ofstream(t_.path() / host / "moon.yaml", std::ios::trunc)
         << "trust:\n  - scope: \"" << reg_.address() << "/team/*\"\n    keys: [" << path(pub) << "]\n";
   }
@@ -176,7 +179,7 @@ TEST_F(OciConsent, FirstAndWiderVersionsWaitForApprovalNarrowerDoNot) {
   auto approved = events("b", "pack_approved");
   ASSERT_EQ(approved.size(), 2u);
   EXPECT_EQ(approved[1]["data"]["consent"], "wider");
-  EXPECT_EQ(approved[1]["data"]["actor"]["uid"], 0);
+  EXPECT_EQ(approved[1]["data"]["actor"]["uid"], rootless_mode() ? 65534 : 0);
 
   // Narrower than the newest approval: needs nothing.
   r = soyaos("b", {"pack", "pull", r3, "-o", path("p3")});
