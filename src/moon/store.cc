@@ -34,12 +34,29 @@ int busy_timeout_ms() {
   return (end != nullptr && *end == '\0' && ms >= 0 && ms <= 3'600'000) ? static_cast<int>(ms) : kBusyTimeoutMs;
 }
 
-// Per connection. wal_autocheckpoint: the commit that takes the WAL past 128 pages (512 KiB;
-// a no-op run adds ~20) checkpoints it. journal_size_limit: a WAL that grew past 4 MiB (a
-// big push) is truncated once checkpointed.
+// Per connection. journal_size_limit: a WAL that grew past 4 MiB (a big push) is truncated
+// once checkpointed.
 const char* const kConnectionPragmas =
-    "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA wal_autocheckpoint=128; "
-    "PRAGMA journal_size_limit=4194304";
+    "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA journal_size_limit=4194304";
+
+// The commit that takes the WAL past this many frames (4 KiB pages; a no-op run adds ~30,
+// a cache hit ~9) checkpoints it.
+constexpr int kWalCheckpointFrames = 128;
+
+// SQLite's wal hook, run after each commit of this connection (replaces its
+// wal_autocheckpoint). A TRUNCATE checkpoint, not a PASSIVE one: the WAL is kept between
+// processes, and each new process rebuilds the WAL index from it with every frame counted
+// as not yet checkpointed (SQLite resets nBackfill on recovery) — a checkpointed but
+// untruncated WAL would be copied into moon.db again by every later commit, 2 more fsyncs
+// each. No waiting for readers here (busy timeout 0 for the call): a run must not stall
+// behind another's read; when one holds the WAL, a later commit checkpoints.
+int checkpoint_when_large(void* /*unused*/, sqlite3* db, const char* name, int frames) {
+  if (frames < kWalCheckpointFrames) return SQLITE_OK;
+  sqlite3_busy_timeout(db, 0);
+  (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+  sqlite3_busy_timeout(db, busy_timeout_ms());
+  return SQLITE_OK;  // a checkpoint that could not run is not the commit's failure
+}
 
 const char* const kSchemaV1 = R"sql(
 CREATE TABLE IF NOT EXISTS packs (
@@ -304,17 +321,17 @@ Result<Store> Store::open(const fs::path& home) {
   sqlite3_extended_result_codes(store.db_, 1);
   // The WAL is kept between processes and never checkpointed on close (issue #16): a
   // process's last connection closing used to checkpoint and delete it (3 more fsyncs per
-  // `soyaos run`: the WAL, its directory, the database), and the next process recreated it
-  // (one more directory fsync). Instead the commit that takes the WAL past
-  // 128 pages checkpoints it (SQLite's wal_autocheckpoint), which also bounds
-  // what each new process reads to rebuild the WAL index. A commit is as durable as
-  // before: synchronous=FULL fsyncs the WAL at COMMIT (E4).
+  // `soyaos run`: the WAL, its directory, the database). Instead the commit that takes
+  // the WAL past kWalCheckpointFrames checkpoints and truncates it (checkpoint_when_large),
+  // which also bounds what each new process reads to rebuild the WAL index. A commit is as
+  // durable as before: synchronous=FULL fsyncs the WAL at COMMIT (E4).
   (void)sqlite3_db_config(store.db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   int persist = 1;
   (void)sqlite3_file_control(store.db_, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
   // WAL: readers never block the writer; synchronous=FULL: durable at COMMIT (E4).
   if (auto s = exec(store.db_, store.path_, "PRAGMA journal_mode=WAL", "set WAL mode"); !s) return s.error();
   if (auto s = exec(store.db_, store.path_, kConnectionPragmas, "set pragmas"); !s) return s.error();
+  sqlite3_wal_hook(store.db_, checkpoint_when_large, nullptr);
   if (auto s = store.init_schema(); !s) return s.error();
   return store;
 }
@@ -625,9 +642,9 @@ Status Store::append_events(std::span<const json> events) {
   if (!counter) return counter.error();
   if (counter->step() == SQLITE_ROW) last = std::max(last, counter->integer(0));
   // Done with both: a statement left at a row keeps the connection's read transaction
-  // open through COMMIT, and SQLite's automatic checkpoint after the commit (the only
-  // one: no checkpoint on close, see open()) then fails silently (SQLITE_LOCKED), so the
-  // WAL would grow without bound.
+  // open through COMMIT, and the checkpoint after the commit (checkpoint_when_large, the
+  // only one: none on close, see open()) then fails (SQLITE_LOCKED), so the WAL would grow
+  // without bound.
   tail->reset();
   counter->reset();
 

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <vector>
@@ -136,6 +137,35 @@ TEST(MoonStore, CorruptDatabaseIsNamed) {
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find((t.path() / "moon.db").string()), std::string::npos) << s.error().message;
   EXPECT_NE(s.error().message.find("corrupt"), std::string::npos) << s.error().message;
+}
+
+// The WAL is kept between processes and never checkpointed on close (issue #16): the
+// commit that takes it past its bound checkpoints and truncates it, so it stays bounded
+// however many processes append (each Store here is one process's connection), and every
+// event stays readable.
+TEST(MoonStore, KeptWalStaysBoundedAcrossConnections) {
+  TmpDir t;
+  constexpr int kConnections = 60;
+  constexpr int kPerBatch = 20;
+  uintmax_t largest = 0;
+  for (int i = 0; i < kConnections; ++i) {
+    auto s = EventStore::open(t.path());
+    ASSERT_TRUE(s) << s.error().describe();
+    std::vector<json> batch;
+    for (int j = 0; j < kPerBatch; ++j) batch.push_back(event("dns_query", "R" + std::to_string(i), "p"));
+    ASSERT_TRUE(s->append(batch));
+    std::error_code ec;
+    largest = std::max<uintmax_t>(largest, fs::file_size(t.path() / "moon.db-wal", ec));
+  }
+  // 128 frames of 4 KiB (+ 24-byte frame headers) and one commit's frames past them; a WAL
+  // that is never checkpointed passes 3 MiB here.
+  EXPECT_LT(largest, uintmax_t{1} << 20) << "the WAL is not checkpointed";
+  EXPECT_GT(fs::file_size(t.path() / "moon.db"), uintmax_t{64} * 1024) << "nothing was checkpointed into moon.db";
+  auto s = EventStore::open(t.path());
+  ASSERT_TRUE(s);
+  auto all = s->query({});
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), size_t{kConnections} * kPerBatch);
 }
 
 TEST(MoonStore, CorruptPagesAreReportedByQuickCheck) {
