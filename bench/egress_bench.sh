@@ -2,10 +2,11 @@
 # Egress benchmarks for the Comet (issue #4), side by side in one run:
 #   1. throughput: one stream of SIZE_MIB (default 1 GiB) from the agent to a host-side
 #      sink mapped by dns.hosts, through the egress gateway, against the same client
-#      straight on loopback and through a socat relay (target: gateway >= 0.7x direct);
+#      straight on loopback and through a socat relay (target: gateway >= 0.5x direct), with
+#      the CPU seconds per GiB of each stage (client, relay, sink) and what they bound;
 #   2. connection set-up latency, p50/p99 over N connects (connect + a 1-byte round trip,
 #      so the gateway's upstream connect is included), gateway against direct and socat
-#      (target: gateway p50 <= direct p50 + 150 us);
+#      (target: gateway p50 <= direct p50 + 100 us), and the supervisor's CPU per connection;
 #   3. DNS stub: sequential A queries per second (raw UDP to 127.0.0.1:53 in the sandbox);
 #   4. supervisor memory per open gateway connection (peak RSS with HOLD connections held
 #      open, minus an idle run, from run_finished).
@@ -18,12 +19,18 @@ N=${N:-1000}
 DNS_N=${DNS_N:-5000}
 HOLD=${HOLD:-256}
 RUNS=${RUNS:-5}
+# BEFORE=path/to/an/older/soyaos: its gateway is measured too, interleaved in the same run
+# (the machine's load moves; a before/after pair is only comparable side by side).
+BEFORE=${BEFORE:-}
+# Which parts to run (comma-separated): stream, connect, dns, memory.
+SECTIONS=${SECTIONS:-stream,connect,dns,memory}
+want() { [[ ",$SECTIONS," == *",$1,"* ]]; }
 
 # ---- the host side: one sink process, two listeners -----------------------------------------
 # drain: reads everything (1 MiB recv_into), closes after EOF (so the client knows every
 # byte arrived); ping: answers one byte with one byte, then waits for the client to close.
 cat > "$work/sink.py" <<'PY'
-import socket, sys, threading
+import resource, socket, sys, threading
 
 def listener():
     s = socket.socket()
@@ -43,9 +50,14 @@ def quiet(fn):
 
 @quiet
 def drain(c):
+    # Answers with this thread's CPU seconds (user + system) after the EOF: the sink's share
+    # of the CPU a GiB costs.
     buf = memoryview(bytearray(1 << 20))
+    t0 = resource.getrusage(resource.RUSAGE_THREAD)
     while c.recv_into(buf):
         pass
+    t1 = resource.getrusage(resource.RUSAGE_THREAD)
+    c.sendall(b"%.6f" % (t1.ru_utime - t0.ru_utime + t1.ru_stime - t0.ru_stime))
 
 @quiet
 def ping(c):
@@ -74,17 +86,25 @@ import os, socket, statistics, struct, sys, time
 def addr_of(host, port):
     return socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)[0][4]
 
-def stream(host, port, mib):
+def stream(host, port, mib, cc=""):
     buf = b"\0" * (1 << 20)
-    t0 = time.perf_counter()
-    s = socket.create_connection((host, int(port)))
+    t0, c0 = time.perf_counter(), time.process_time()
+    s = socket.socket()
+    if cc:  # a congestion control other than the host's default (the "direct, cubic" row)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+    s.connect(addr_of(host, port))
     for _ in range(int(mib)):
         s.sendall(buf)
     s.shutdown(socket.SHUT_WR)
-    s.recv(1)  # the sink closes after it read everything
-    dt = time.perf_counter() - t0
+    sink_cpu = b""
+    while True:  # the sink answers its CPU seconds after it read everything, then closes
+        d = s.recv(64)
+        if not d:
+            break
+        sink_cpu += d
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     s.close()
-    print("RESULT ok %d %.6f" % (int(mib) << 20, dt), flush=True)
+    print("RESULT ok %d %.6f %.6f %s" % (int(mib) << 20, dt, cpu, sink_cpu.decode() or "0"), flush=True)
 
 def connect(host, port, n):
     a = addr_of(host, port)
@@ -174,56 +194,125 @@ if command -v socat >/dev/null; then
   sleep 0.3
 fi
 
-gbps() {  # "BYTES SECONDS" -> Gbit/s
-  "$PY" -c 'import sys; b,s=map(float,sys.argv[1].split()); print("%.2f" % (b*8/s/1e9))' "$1"
-}
-
-echo "== throughput: one stream of $SIZE_MIB MiB (median of $RUNS runs, Gbit/s)"
-g=(); d=(); s=()
+if want stream; then
+echo "== throughput: one stream of $SIZE_MIB MiB (median of $RUNS runs; $(load_note))"
+# CPU per GiB, by stage: the client's process CPU (the agent in the gateway column), the sink
+# thread's (it answers it after the EOF), and for the gateway the supervisor's (run_finished
+# supervisor_cpu_ms of the run minus that of an idle run: the relay thread, nearly all of it).
+# User + system time, so the loopback TCP work each stage's syscalls do is in its column.
+# The host's TCP congestion control matters on loopback: BBR paces (an hrtimer per burst,
+# smaller TSO bursts) and costs about twice the CPU per GiB of cubic here, so when the host's
+# default is not cubic the direct path is measured both ways ("direct" is what an agent
+# outside any sandbox gets).
+HOST_CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control)
+echo "  host TCP congestion control: $HOST_CC"
+comet idle >/dev/null
+IDLE_MS=$(run_finished supervisor_cpu_ms)
+: > "$work/stream.txt"
 check_stream() {  # RESULT-DETAIL NAME
   [[ -n "$1" ]] || { echo "  $2: no result (did the run fail?)" >&2; exit 1; }
 }
-for _ in $(seq "$RUNS"); do
-  r=$(comet stream sink.test "$DRAIN" "$SIZE_MIB"); check_stream "$r" gateway; g+=("$(gbps "$r")")
-  r=$(direct stream 127.0.0.1 "$DRAIN" "$SIZE_MIB"); check_stream "$r" direct; d+=("$(gbps "$r")")
-  if ((have_socat)); then r=$(direct stream 127.0.0.1 "$RELAY" "$SIZE_MIB"); check_stream "$r" socat; s+=("$(gbps "$r")"); fi
-done
-G=$(median "${g[@]}"); D=$(median "${d[@]}")
-printf '  %-28s %8s Gbit/s\n' "direct loopback" "$D" "gateway" "$G"
-if ((have_socat)); then S=$(median "${s[@]}"); printf '  %-28s %8s Gbit/s\n' "socat relay" "$S"; fi
-"$PY" -c "import sys; g,d=map(float,sys.argv[1:3]); s=float(sys.argv[3]) if len(sys.argv)>3 else 0; \
-print('  gateway/direct = %.2fx%s   (target >= 0.70x)' % (g/d, ('   gateway/socat = %.2fx' % (g/s)) if s else ''))" \
-  "$G" "$D" ${S:+"$S"}
-# The gateway counted the bytes too.
-"$PY" - "$work/events.jsonl" "$SIZE_MIB" <<'PY'
-import json, sys
+gateway_stream() {  # LABEL
+  r=$(comet stream sink.test "$DRAIN" "$SIZE_MIB"); check_stream "$r" "$1"
+  echo "$1 $r $(run_finished supervisor_cpu_ms)" >> "$work/stream.txt"
+  "$PY" - "$work/events.jsonl" "$SIZE_MIB" <<'PY'
+import json, sys  # the gateway counted the bytes too
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 closed = [e["data"] for e in ev if e["type"] == "egress_closed"]
 want = int(sys.argv[2]) << 20
-if closed and closed[0].get("bytes_out") != want:
-    print("  WARNING: egress_closed says bytes_out=%s, expected %d" % (closed[0].get("bytes_out"), want))
+if not closed or closed[0].get("bytes_out") != want:
+    print("  WARNING: egress_closed says bytes_out=%s, expected %d" % (closed[0].get("bytes_out") if closed else None, want))
 PY
-
-echo "== connection set-up: connect + 1-byte round trip, N=$N (median over $RUNS runs of p50 / p99, us)"
-gp50=(); gp99=(); dp50=(); dp99=(); sp50=(); sp99=()
+}
 for _ in $(seq "$RUNS"); do
-  read -r a b <<<"$(comet connect ping.test "$PING" "$N")"; gp50+=("$a"); gp99+=("$b")
-  read -r a b <<<"$(direct connect 127.0.0.1 "$PING" "$N")"; dp50+=("$a"); dp99+=("$b")
-  if ((have_socat)); then read -r a b <<<"$(direct connect 127.0.0.1 "$RELAY_PING" "$N")"; sp50+=("$a"); sp99+=("$b"); fi
+  [[ -n "$BEFORE" ]] && SOYAOS=$BEFORE gateway_stream before
+  gateway_stream gateway
+  r=$(direct stream 127.0.0.1 "$DRAIN" "$SIZE_MIB"); check_stream "$r" direct; echo "direct $r $IDLE_MS" >> "$work/stream.txt"
+  if [[ $HOST_CC != cubic ]]; then
+    r=$(direct stream 127.0.0.1 "$DRAIN" "$SIZE_MIB" cubic); check_stream "$r" direct-cubic; echo "direct-cubic $r $IDLE_MS" >> "$work/stream.txt"
+  fi
+  if ((have_socat)); then
+    r=$(direct stream 127.0.0.1 "$RELAY" "$SIZE_MIB"); check_stream "$r" socat; echo "socat $r $IDLE_MS" >> "$work/stream.txt"
+  fi
 done
-GP50=$(median "${gp50[@]}"); GP99=$(median "${gp99[@]}"); DP50=$(median "${dp50[@]}"); DP99=$(median "${dp99[@]}")
-printf '  %-28s p50 %9s   p99 %9s\n' "direct loopback" "$DP50" "$DP99" "gateway" "$GP50" "$GP99"
-if ((have_socat)); then
-  printf '  %-28s p50 %9s   p99 %9s\n' "socat relay (fork)" "$(median "${sp50[@]}")" "$(median "${sp99[@]}")"
+"$PY" - "$work/stream.txt" "$IDLE_MS" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    path, nbytes, dt, client, sink, sup = line.split()
+    gib = float(nbytes) / (1 << 30)
+    relay = (float(sup) - float(sys.argv[2])) / 1000 if path in ("gateway", "before") else 0.0
+    rows.setdefault(path, []).append((float(nbytes) * 8 / float(dt) / 1e9, float(client) / gib, relay / gib, float(sink) / gib))
+med = {p: [statistics.median(c) for c in zip(*r)] for p, r in rows.items()}
+print("  %-16s %8s   %-37s" % ("", "Gbit/s", "CPU s per GiB: client  relay   sink  total"))
+for p in ("direct", "direct-cubic", "before", "gateway", "socat"):
+    if p in med:
+        g, c, r, s = med[p]
+        print("  %-16s %8.2f   %20.3f %6.3f %6.3f %6.3f" % (p, g, c, r, s, c + r + s))
+g, d = med["gateway"], med["direct"]
+print("  gateway/direct = %.2fx   (target >= 0.50x)%s%s" % (g[0] / d[0],
+      ("   gateway/direct-cubic = %.2fx" % (g[0] / med["direct-cubic"][0])) if "direct-cubic" in med else "",
+      ("   gateway/socat = %.2fx" % (g[0] / med["socat"][0])) if "socat" in med else ""))
+if "before" in med:
+    b = med["before"]
+    print("  before -> now: %.2fx -> %.2fx of direct; relay CPU per GiB %.3f -> %.3f s" % (b[0] / d[0], g[0] / d[0], b[2], g[2]))
+print("  relay CPU per GiB: %.3f s (%.1f%% of the gateway path's %.3f s)" % (g[2], 100 * g[2] / sum(g[1:]), sum(g[1:])))
+# The bound: on 2 CPUs every stage's CPU seconds share two cores, so a GiB takes at least
+# total/2 s; with a core per stage (16 CPUs) the slowest stage alone sets the pace.
+for p in ("direct", "direct-cubic", "gateway"):
+    if p not in med:
+        continue
+    c = med[p][1:]
+    print("  %-8s CPU-bound estimate: 2 CPUs %.1f Gbit/s, a core per stage %.1f Gbit/s" %
+          (p, 8 * 1.073741824 * 2 / sum(c), 8 * 1.073741824 / max(c)))
+PY
 fi
-"$PY" -c "import sys; g,d=map(float,sys.argv[1:]); print('  gateway - direct at p50 = %+.0f us   (%.2fx; target <= +150 us)' % (g-d, g/d))" \
-  "$GP50" "$DP50"
 
+if want connect; then
+echo "== connection set-up: connect + 1-byte round trip, N=$N (median over $RUNS runs of p50 / p99, us)"
+# Also the supervisor's CPU per connection: run_finished supervisor_cpu_ms minus an idle run's, / N.
+comet idle >/dev/null
+IDLE_MS=$(run_finished supervisor_cpu_ms)
+: > "$work/connect.txt"
+gateway_connect() {  # LABEL
+  local r
+  r=$(comet connect ping.test "$PING" "$N")
+  [[ -n "$r" ]] || { echo "  $1: no result (did the run fail?)" >&2; exit 1; }
+  echo "$1 $r $(run_finished supervisor_cpu_ms)" >> "$work/connect.txt"
+}
+for _ in $(seq "$RUNS"); do
+  [[ -n "$BEFORE" ]] && SOYAOS=$BEFORE gateway_connect before
+  gateway_connect gateway
+  echo "direct $(direct connect 127.0.0.1 "$PING" "$N") $IDLE_MS" >> "$work/connect.txt"
+  if ((have_socat)); then echo "socat $(direct connect 127.0.0.1 "$RELAY_PING" "$N") $IDLE_MS" >> "$work/connect.txt"; fi
+done
+"$PY" - "$work/connect.txt" "$IDLE_MS" "$N" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    path, p50, p99, sup = line.split()
+    cpu = (float(sup) - float(sys.argv[2])) * 1000 / int(sys.argv[3])
+    rows.setdefault(path, []).append((float(p50), float(p99), cpu))
+med = {p: [statistics.median(c) for c in zip(*r)] for p, r in rows.items()}
+for p in ("direct", "before", "gateway", "socat"):
+    if p in med:
+        cpu = "   supervisor CPU %5.0f us/connection" % med[p][2] if p in ("before", "gateway") else ""
+        print("  %-16s p50 %9.1f   p99 %9.1f%s" % (p, med[p][0], med[p][1], cpu))
+g, d = med["gateway"][0], med["direct"][0]
+if "before" in med:
+    print("  before - direct at p50 = %+.0f us" % (med["before"][0] - d))
+print("  gateway - direct at p50 = %+.0f us   (%.2fx; target <= +100 us)" % (g - d, g / d))
+PY
+fi
+
+if want dns; then
 echo "== DNS stub: sequential A queries over UDP, $DNS_N per run"
 q=()
 for _ in $(seq "$RUNS"); do q+=("$(comet dns sink.test "$DNS_N")"); done
 printf '  %-28s %8.0f queries/s\n' "stub (median)" "$(median "${q[@]}")"
+fi
 
+if want memory; then
 echo "== supervisor memory per open gateway connection ($HOLD held open)"
 comet idle >/dev/null
 idle=$(run_finished supervisor_peak_rss_kb)
@@ -231,3 +320,4 @@ held=$(comet hold ping.test "$PING" "$HOLD")
 busy=$(run_finished supervisor_peak_rss_kb)
 "$PY" -c "import sys; i,b,n=map(float,sys.argv[1:]); print('  peak RSS idle %.0f KiB, with %d connections %.0f KiB: %.1f KiB per connection' % (i, n, b, (b-i)/n if n else 0))" \
   "$idle" "$busy" "${held:-0}"
+fi

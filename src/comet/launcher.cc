@@ -200,6 +200,7 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
   if (::unshare(CLONE_NEWCGROUP) != 0) fail(sock, "cgroup namespace", errno_error("unshare(CLONE_NEWCGROUP)"));
   if (auto s = become_sandbox_ids(policy); !s) fail(sock, "user namespace", s.error());
   if (auto s = bound_user_quotas(); !s) fail(sock, "user namespace", s.error());
+  prefer_unpaced_loopback_tcp();  // needs the host's /proc: before the mounts replace it
   auto root = build_sandbox_root(policy, std::move(sources.value()));
   if (!root) fail(sock, "mounts", root.error());
   mark(kStepMounts);

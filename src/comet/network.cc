@@ -544,6 +544,15 @@ Result<NetworkFds> setup_sandbox_network(const NetworkPlan& plan) {
   return fds;
 }
 
+void prefer_unpaced_loopback_tcp() {
+  UniqueFd f(::open("/proc/sys/net/ipv4/tcp_congestion_control", O_WRONLY | O_CLOEXEC));
+  if (!f) return;
+  for (const char* cc : {"cubic", "reno"}) {
+    const size_t len = std::strlen(cc);
+    if (::write(f.get(), cc, len) == static_cast<ssize_t>(len)) return;
+  }
+}
+
 Result<sockaddr_storage> original_destination(const UniqueFd& accepted) {
   sockaddr_storage local{};
   socklen_t len = sizeof local;

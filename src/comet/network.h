@@ -106,6 +106,17 @@ std::string nft_ruleset(const NetworkPlan& plan);
 // is returned, naming the step (the run must not start, C1).
 Result<NetworkFds> setup_sandbox_network(const NetworkPlan& plan);
 
+// Child side, before the mounts (the host's /proc is still there; /proc/sys/net is the
+// reader's netns): makes cubic, else reno, the congestion control of new TCP sockets in
+// this fresh netns. Every TCP connection of the agent ends on the gateway over this netns's
+// loopback, where a pacing algorithm the host may have chosen (BBR) only costs CPU: about
+// twice the CPU per GiB on loopback (docs/benchmarks.md, "Egress"). The host's own sockets,
+// the gateway's upstream ones included, keep the host's choice. Best effort and not a layer:
+// nothing about what the agent may reach depends on it, so a failure leaves the default.
+// (A netns other than the host's may only default to an algorithm of the host's
+// net.ipv4.tcp_allowed_congestion_control, which always has reno.)
+void prefer_unpaced_loopback_tcp();
+
 // ---- Supervisor side ----
 
 // The destination the agent connected to before the redirect (SO_ORIGINAL_DST for an

@@ -3,12 +3,15 @@
 // with splice(2), close (egress_opened / egress_closed).
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "supervisor/egress_impl.h"
 
@@ -134,6 +137,19 @@ std::optional<std::string> EgressService::Impl::address_refusal(const ResolvedAd
   return std::nullopt;
 }
 
+// Traffic to it never leaves this host: 127/8, ::1 (in any form) or an interface's address.
+bool EgressService::Impl::on_this_host(const policy::IpAddress& addr) const {
+  for (const auto& f : policy::address_forms(addr)) {
+    if (!f.v6 && f.bytes[0] == 127) return true;
+    if (f.v6 && std::all_of(f.bytes.begin(), f.bytes.begin() + 15, [](uint8_t b) { return b == 0; }) &&
+        f.bytes[15] == 1) {
+      return true;
+    }
+  }
+  return std::any_of(host_addresses.begin(), host_addresses.end(),
+                     [&](const policy::IpAddress& h) { return policy::same_address(h, addr); });
+}
+
 // "connect 127.0.0.1:8443: Connection refused" (an IPv6 address in brackets).
 std::string EgressService::Impl::connect_failure(const policy::IpAddress& addr, uint16_t port, int err) {
   const std::string a = policy::to_string(addr);
@@ -155,6 +171,18 @@ void EgressService::Impl::connect_next(Conn* c) {
     if (!s) {
       c->connect_error = "socket: " + std::string(std::strerror(errno));
       continue;
+    }
+    if (on_this_host(a.addr)) {
+      // Over this host's loopback a pacing congestion control (BBR, if the host chose it)
+      // only costs CPU: several times the relay's CPU per GiB (docs/benchmarks.md, "Egress").
+      // cubic, else reno (an unprivileged process may only pick one of
+      // net.ipv4.tcp_allowed_congestion_control; reno always is). Best effort: the
+      // connection works the same under the host's default.
+      for (std::string_view cc : {std::string_view("cubic"), std::string_view("reno")}) {
+        if (::setsockopt(s.get(), IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) == 0) {
+          break;
+        }
+      }
     }
     const int rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len);
     if (rc != 0 && errno != EINPROGRESS) {

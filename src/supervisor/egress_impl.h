@@ -294,6 +294,7 @@ struct EgressService::Impl {
   void resolve(Conn* c);
   void resolved();
   std::optional<std::string> address_refusal(const ResolvedAddress& a) const;
+  bool on_this_host(const policy::IpAddress& addr) const;
   void connect_next(Conn* c);
   static std::string connect_failure(const policy::IpAddress& addr, uint16_t port, int err);
   void fail_upstream(Conn* c, const std::string& why);
