@@ -81,7 +81,7 @@ void print_grant_hints(const supervisor::RunReport& r) {
   std::vector<policy::DeniedAttempt> attempts;
   attempts.reserve(r.violations.size() + r.violation_aggregates.size());
   auto attempt_of = [](const supervisor::Violation& v, uint64_t n) {
-    return policy::DeniedAttempt{v.surface, v.access, v.resource, v.errno_name, v.detail, n};
+    return policy::DeniedAttempt{v.surface, v.access, v.resource, v.errno_name, v.detail, n, v.syscall};
   };
   for (const auto& v : r.violations) attempts.push_back(attempt_of(v, 1));
   for (const auto& a : r.violation_aggregates) attempts.push_back(attempt_of(a.first, a.count));

@@ -207,11 +207,12 @@ class Builder {
 
   GrantProposals finish() {
     GrantProposals out;
-    out.omitted = omitted_;
+    out.omitted_not_grantable = omitted_;
     for (bool write : {false, true}) {
       auto& c = write ? write_ : read_;
       group(c, write);
-      bound(c, write, out.omitted);
+      uint64_t& left_out = write ? out.omitted_write : out.omitted_read;
+      bound(c, write, left_out);
       for (const auto& [path, agg] : c) out.items.push_back(fs_proposal(path, agg, write));
     }
     egress(out);
@@ -247,6 +248,7 @@ class Builder {
       p.covers = what + ": " + plural(ng.agg.count, "attempt", "attempts");
       out.items.push_back(std::move(p));
     }
+    out.omitted = out.omitted_read + out.omitted_write + out.omitted_egress + out.omitted_not_grantable;
     return out;
   }
 
@@ -312,8 +314,9 @@ class Builder {
       return;
     }
     // A writable path is a directory the Comet creates: the one the agent writes in, or the
-    // path itself when it is a top-level directory (mkdir /data).
-    std::string dir = parent_of(path);
+    // path itself when the agent made it (mkdir) or it is a top-level directory (/data).
+    const bool made = a.syscall == "mkdir" || a.syscall == "mkdirat";
+    std::string dir = made ? path : parent_of(path);
     if (dir == "/") dir = path;
     if (owned_by_comet(dir, false)) {
       refuse("fs", "write", "write",
@@ -425,8 +428,8 @@ class Builder {
                      [](const auto& a, const auto& b) { return a.second->total() > b.second->total(); });
     if (hosts.size() > kMaxEgressProposals) {
       for (size_t i = kMaxEgressProposals; i < hosts.size(); ++i) {
-        out.omitted += hosts[i].second->dns.resources.size();
-        for (const auto& [t, a] : hosts[i].second->triples) out.omitted += a.resources.size();
+        out.omitted_egress += hosts[i].second->dns.resources.size();
+        for (const auto& [t, a] : hosts[i].second->triples) out.omitted_egress += a.resources.size();
       }
       hosts.resize(kMaxEgressProposals);
     }

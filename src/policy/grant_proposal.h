@@ -1,13 +1,14 @@
 // From denied attempts to the manifest lines that would allow them (issue #13, SPEC C13).
 //
 // The violation summary of `soyaos run` ends with "to allow: add ... under ..." hints, and
-// `soyaos pack learn` builds its proposed `capabilities` block, from the same answers: this
-// module. It is pure (no I/O, no clock): the attempts in, the proposals out, in a stable order.
+// `soyaos pack learn` builds its proposed `capabilities` block (learn_proposal.h), from the
+// same answers: this module, the one rule set for both. It is pure (no I/O, no clock): the attempts in, the proposals out, in a stable order.
 //
 // What it proposes, and what it never does (docs/cli.md "to allow" hints):
 // - fs read: the path itself; two or more denied paths in one directory → that directory
 //   (`/data/*: 3 reads`). fs write: the directory the file would be created in, since a
-//   writable path is a directory the Comet creates (`/tmp/*: 12 writes`); under
+//   writable path is a directory the Comet creates (`/tmp/*: 12 writes`), or the directory
+//   itself when the agent made it (mkdir /var/cache/app → /var/cache/app); under
 //   /workdir/out → /workdir/out. A proposal covered by another is folded into it.
 // - never `/`, never a path the Comet owns (the runtime layer: /usr, /bin, /lib*, /sbin,
 //   /etc, /proc, /dev, the runtime layer's probe table, /sys), never /workdir or a part of
@@ -47,6 +48,7 @@ struct DeniedAttempt {
   std::string errno_name;  // "ENOENT", "NXDOMAIN", "REFUSED", ...
   std::string detail;      // the event's detail (network refusals say why)
   uint64_t count = 1;
+  std::string syscall;     // fs: a mkdir of P makes P itself the writable directory
 };
 
 struct GrantProposal {
@@ -83,6 +85,8 @@ struct GrantProposals {
   // the not-grantable ones.
   std::vector<GrantProposal> items;
   uint64_t omitted = 0;  // distinct denied resources left out by the bounds above
+  // The same, per list (they sum to `omitted`).
+  uint64_t omitted_read = 0, omitted_write = 0, omitted_egress = 0, omitted_not_grantable = 0;
 };
 
 GrantProposals propose_grants(std::span<const DeniedAttempt> attempts);

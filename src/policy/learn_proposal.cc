@@ -1,24 +1,16 @@
 #include "policy/learn_proposal.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
-#include <set>
 
 #include "common/text.h"
+#include "policy/grant_proposal.h"
 #include "policy/operator_network.h"
 
 namespace soyaos::policy {
 namespace {
 
 constexpr size_t kMaxWhy = 200;
-
-std::string parent_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
-}
-
-bool is_mkdir(const std::string& syscall) { return syscall == "mkdir" || syscall == "mkdirat"; }
 
 // A canonical DNS name as the stub hands them out (lower-case LDH labels), or an IP literal.
 bool plausible_host(const std::string& host) {
@@ -66,56 +58,6 @@ void push_capped(std::vector<std::string>& list, uint64_t& more, const std::stri
   list.push_back(truncate_utf8(s, 2 * kMaxWhy));
 }
 
-struct Cand {
-  std::string path, why;
-  size_t below = 0;  // other observed paths it covers
-};
-
-// Dedupes, lets a covering path absorb what it covers, groups many siblings into their
-// directory, drops what `covered` says the manifest already allows; caps the result.
-std::vector<ProposedPath> settle(std::vector<Cand> cands, const std::function<bool(const std::string&)>& covered,
-                                 const std::string& verb, uint64_t& more) {
-  // Many siblings -> their directory (when it could be granted itself).
-  std::map<std::string, size_t> per_parent;
-  for (const auto& c : cands) ++per_parent[parent_of(c.path)];
-  for (auto& c : cands) {
-    const std::string parent = parent_of(c.path);
-    if (per_parent[parent] > kGroupFiles && parent != "/" && !manifest::is_comet_reserved(parent) &&
-        !manifest::path_covers("/workdir", parent)) {
-      // "the run: read P" -> "the run: 12 reads below it, e.g. read P"
-      const size_t colon = c.why.find(": ");
-      const std::string who = colon == std::string::npos ? std::string() : c.why.substr(0, colon + 2);
-      c.why = who + std::to_string(per_parent[parent]) + " " + verb + " below it, e.g. " +
-              (colon == std::string::npos ? c.why : c.why.substr(colon + 2));
-      c.path = parent;
-    }
-  }
-  std::vector<Cand> out;
-  for (const auto& c : cands) {
-    bool absorbed = false;
-    for (const auto& other : cands) {
-      if (other.path != c.path && manifest::path_covers(other.path, c.path)) absorbed = true;
-    }
-    if (absorbed) continue;
-    auto same = std::find_if(out.begin(), out.end(), [&](const Cand& o) { return o.path == c.path; });
-    if (same != out.end()) {
-      ++same->below;
-      continue;
-    }
-    out.push_back(c);
-  }
-  std::vector<ProposedPath> result;
-  for (const auto& c : out) {
-    if (covered(c.path)) continue;
-    if (result.size() >= kMaxProposed) {
-      ++more;
-      continue;
-    }
-    result.push_back({c.path, truncate_utf8(c.why, kMaxWhy)});
-  }
-  return result;
-}
-
 }  // namespace
 
 std::string egress_yaml(const manifest::EgressEntry& e) {
@@ -128,7 +70,7 @@ std::vector<std::string> Proposal::keys() const {
   for (const auto& e : egress) k.push_back("egress " + egress_yaml(e.entry));
   for (const auto& r : fs_read) k.push_back("read " + r.path);
   for (const auto& w : fs_write) k.push_back("write " + w.path);
-  for (const auto& n : not_grantable) k.push_back("not grantable " + n);
+  for (const auto& n : not_grantable_keys) k.push_back("not grantable " + n);
   std::sort(k.begin(), k.end());
   return k;
 }
@@ -150,118 +92,121 @@ void Learner::add(const Observation& o, const std::string& used_by, uint64_t cou
 Proposal Learner::propose(const manifest::Manifest& m) const {
   Proposal p;
   p.observations_dropped = dropped_;
-  std::vector<Cand> reads, writes;
-  std::vector<ProposedEgress> egress;
-  std::vector<std::pair<std::string, std::string>> names;  // (name, used_by), in order
+  // The entries come from the rule set `soyaos run`'s hints use (grant_proposal.h); what is
+  // particular to learning is only which observations are attempts to grant: a name the
+  // stub answered with a learning address is a lookup like a refused one, a connection the
+  // gateway classified is a refused connection "as seen", and the rest are notes.
+  std::vector<DeniedAttempt> attempts;
+  std::map<std::string, const Seen*> first_seen;  // "surface|access|resource" -> its observation
+  auto key_of = [](const std::string& surface, const std::string& access, const std::string& resource) {
+    return surface + '\x1f' + access + '\x1f' + resource;
+  };
   for (const auto& s : order_) {
     const Observation& o = s.o;
-    const std::string from = s.used_by + ": ";   // "the run: ", "example basic: "
     const std::string by = " [" + s.used_by + "]";
-    if (o.surface == "fs") {
-      const std::string& path = o.resource;
-      const std::string what = "fs " + o.access + " " + path + " (" + o.syscall + ")" + by;
-      if (!manifest::is_normalised_absolute(path) || !is_valid_utf8(path)) {
-        push_capped(p.not_grantable, p.more_not_grantable, what + ": not a path a manifest can name");
-        continue;
-      }
-      if (o.access == "read") {
-        if (manifest::path_covers("/workdir", path)) {
-          const char* area = manifest::path_covers("/workdir/inputs", path) ? "/workdir/inputs"
-                             : manifest::path_covers("/workdir/out", path)  ? "/workdir/out"
-                                                                            : "/workdir";
-          reads.push_back({area, from + "read " + path});
-        } else if (manifest::is_comet_reserved(path)) {
-          push_capped(p.not_grantable, p.more_not_grantable,
-                      what + ": the Comet owns this path (`/`, the runtime layer, /etc, /proc, /dev)");
-        } else {
-          reads.push_back({path, from + "read " + path});
-        }
-        continue;
-      }
-      if (manifest::path_covers("/workdir/out", path)) {
-        writes.push_back({"/workdir/out", from + "write " + path});
-      } else if (manifest::path_covers("/workdir", path)) {
-        push_capped(p.not_grantable, p.more_not_grantable, what + ": the pack (/workdir) is always read-only");
-      } else {
-        const std::string dir = is_mkdir(o.syscall) ? path : parent_of(path);
-        if (dir == "/" || manifest::is_comet_reserved(dir)) {
-          push_capped(p.not_grantable, p.more_not_grantable,
-                      what + ": writable paths are directories the Comet serves, never `/` or one it owns");
-        } else {
-          writes.push_back({dir, from + "write " + path + " (" + o.syscall + ")"});
-        }
-      }
-    } else if (o.surface == "network") {
+    std::string detail = o.detail;
+    if (o.surface == "network") {
+      const bool learned = o.detail.rfind("learn: ", 0) == 0;
       if (o.resource.rfind("dns:", 0) == 0) {
-        const std::string name = o.resource.substr(4);
-        if (o.detail.rfind("learn: ", 0) == 0) {
-          names.emplace_back(name, s.used_by);  // listed as "NAME [the run]"
-        } else {
-          push_capped(p.notes, p.more_notes, "dns " + name + " refused" + by + ": " + o.errno_name +
+        if (!learned) {
+          push_capped(p.notes, p.more_notes, "dns " + o.resource.substr(4) + " refused" + by + ": " + o.errno_name +
                                                  (o.detail.empty() ? "" : " (" + o.detail + ")"));
+          continue;
         }
-        continue;
+        detail.clear();  // looked up: a name, its port and protocol still unknown
+      } else {
+        manifest::EgressEntry e;
+        if (!parse_target(o.resource, &e) || fake_literal(e.host)) {
+          push_capped(p.notes, p.more_notes,
+                      "network " + o.resource + by + (o.detail.empty() ? "" : ": " + o.detail) + " (not learned)");
+          continue;
+        }
+        if (learned) detail.clear();  // classified by the gateway: the protocol is in the resource
       }
-      manifest::EgressEntry e;
-      if (!parse_target(o.resource, &e)) {
-        push_capped(p.notes, p.more_notes,
-                    "network " + o.resource + by + (o.detail.empty() ? "" : ": " + o.detail) + " (not learned)");
-        continue;
-      }
-      if (fake_literal(e.host)) {
-        push_capped(p.notes, p.more_notes, "network " + o.resource + by + ": " + o.detail + " (not learned)");
-        continue;
-      }
-      egress.push_back({e, from + (o.detail.empty() ? manifest::to_string(e.protocol) : detail_text(o.detail))});
-    } else if (o.surface == "exec") {
-      push_capped(p.not_grantable, p.more_not_grantable,
-                  "exec " + o.resource + " (" + o.syscall + ")" + by +
-                      ": no new process or program (the seed forbids it; use the pack's own runtime)");
-    } else if (o.surface == "time") {
-      push_capped(p.not_grantable, p.more_not_grantable,
-                  "time " + o.resource + " (" + o.syscall + ")" + by + ": setting a clock is never allowed");
-    } else {
-      push_capped(p.notes, p.more_notes, o.surface + " " + o.resource + by);
     }
+    attempts.push_back({o.surface, o.access, o.resource, o.errno_name, detail, s.count, o.syscall});
+    first_seen.emplace(key_of(o.surface, o.access, o.resource), &s);
   }
+  const GrantProposals g = propose_grants(attempts);
+  p.more_read = g.omitted_read;
+  p.more_write = g.omitted_write;
+  p.more_egress = g.omitted_egress;
+  p.more_not_grantable = g.omitted_not_grantable;
 
+  // The observation a proposal is explained by: its first example that is not a bare
+  // lookup (an egress entry's connection says more than the name).
+  auto seen_for = [&](const GrantProposal& item) -> const Seen* {
+    const Seen* found = nullptr;
+    for (const auto& ex : item.examples) {
+      auto it = first_seen.find(key_of(item.surface, item.access, ex));
+      if (it == first_seen.end()) continue;
+      if (found == nullptr || (found->o.resource.rfind("dns:", 0) == 0 && ex.rfind("dns:", 0) != 0)) found = it->second;
+    }
+    return found;
+  };
   const auto& caps = m.capabilities;
   auto covered_by = [](const std::vector<manifest::FsPath>& list, const std::string& path) {
     return std::any_of(list.begin(), list.end(),
                        [&](const manifest::FsPath& f) { return manifest::path_covers(f.path, path); });
   };
-  p.fs_read = settle(
-      reads, [&](const std::string& path) { return covered_by(caps.fs_read, path) || covered_by(caps.fs_write, path); },
-      "reads", p.more_read);
-  p.fs_write = settle(writes, [&](const std::string& path) { return covered_by(caps.fs_write, path); }, "writes",
-                      p.more_write);
-
-  std::set<std::string> hosts;
-  for (const auto& c : egress) {
-    const auto& e = c.entry;
-    hosts.insert(e.host);
-    const bool have = caps.egress_any || std::any_of(caps.egress.begin(), caps.egress.end(), [&](const auto& d) {
-                        return d.port == e.port && d.protocol == e.protocol &&
-                               (d.host == e.host || manifest::host_matches(d.host, e.host));
-                      });
-    const bool dup = std::any_of(p.egress.begin(), p.egress.end(), [&](const ProposedEgress& q) {
-      return q.entry.host == e.host && q.entry.port == e.port && q.entry.protocol == e.protocol;
-    });
-    if (have || dup) continue;
-    if (p.egress.size() >= kMaxProposed) {
-      ++p.more_egress;
+  for (const auto& item : g.items) {
+    const Seen* seen = seen_for(item);
+    const std::string used_by = seen != nullptr ? seen->used_by : std::string("the run");
+    if (!item.grantable) {
+      // "exec /usr/bin/true: 1 attempt [the run]: a Comet executes ..."
+      const std::string what =
+          item.covers.rfind(item.surface + " ", 0) == 0 ? item.covers : item.surface + " " + item.covers;
+      push_capped(p.not_grantable, p.more_not_grantable, what + " [" + used_by + "]: " + item.note);
+      const size_t counts = what.rfind(": ");  // "...: 3 attempts"
+      p.not_grantable_keys.push_back(what.substr(0, counts) + ": " + item.note);
       continue;
     }
-    p.egress.push_back({e, truncate_utf8(c.why, kMaxWhy)});
-  }
-  for (const auto& named : names) {
-    const std::string& name = named.first;
-    const std::string& by = named.second;
-    const bool declared = std::any_of(caps.egress.begin(), caps.egress.end(), [&](const auto& d) {
-      return d.host == name || manifest::host_matches(d.host, name);
-    });
-    if (hosts.count(name) != 0 || declared) continue;
-    push_capped(p.names_only, p.more_names, name + " [" + by + "]");
+    if (item.section == "capabilities.fs.read" || item.section == "capabilities.fs.write") {
+      const bool write = item.section == "capabilities.fs.write";
+      if (write ? covered_by(caps.fs_write, item.path)
+                : covered_by(caps.fs_read, item.path) || covered_by(caps.fs_write, item.path)) {
+        continue;
+      }
+      auto& list = write ? p.fs_write : p.fs_read;
+      if (list.size() >= kMaxProposed) {
+        ++(write ? p.more_write : p.more_read);
+        continue;
+      }
+      std::string why = used_by + ": " + (write ? "write " : "read ") +
+                        (seen != nullptr ? seen->o.resource : item.path);
+      if (write && seen != nullptr && !seen->o.syscall.empty()) why += " (" + seen->o.syscall + ")";
+      if (item.count > 1) why += "; " + item.covers;
+      list.push_back({item.path, truncate_utf8(why, kMaxWhy)});
+      continue;
+    }
+    if (item.section == "capabilities.egress") {
+      auto proto = manifest::protocol_from_string(item.protocol);
+      if (!item.complete || !proto) {
+        // Looked up, never connected to: nothing says which port and protocol to allow.
+        push_capped(p.names_only, p.more_names, item.host + " [" + used_by + "]");
+        continue;
+      }
+      manifest::EgressEntry e;
+      e.host = item.host;
+      e.port = item.port;
+      e.protocol = *proto;
+      const bool have = caps.egress_any || std::any_of(caps.egress.begin(), caps.egress.end(), [&](const auto& d) {
+                          return d.port == e.port && d.protocol == e.protocol &&
+                                 (d.host == e.host || manifest::host_matches(d.host, e.host));
+                        });
+      if (have) continue;
+      if (p.egress.size() >= kMaxProposed) {
+        ++p.more_egress;
+        continue;
+      }
+      const bool classified = seen != nullptr && seen->o.detail.rfind("learn: ", 0) == 0;
+      const std::string why = used_by + ": " + (classified ? detail_text(seen->o.detail) : manifest::to_string(e.protocol));
+      p.egress.push_back({e, truncate_utf8(why, kMaxWhy)});
+      continue;
+    }
+    // An http rule refused on a declared entry: the editor adds no rules; said as the hint.
+    push_capped(p.notes, p.more_notes,
+                "to allow: add " + item.entry + " under " + item.section + " (" + item.covers + ") [" + used_by + "]");
   }
   return p;
 }

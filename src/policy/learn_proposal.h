@@ -2,16 +2,14 @@
 // manifest turned into the manifest entries that would allow them, bounded whatever the
 // agent did (docs/cli.md § soyaos pack learn, "Proposal rules").
 //
-//   fs read  P: P itself, or the shortest covering path among those observed (a file under a
-//              directory the agent listed -> the directory); under /workdir: /workdir, or
-//              /workdir/inputs | /workdir/out; more than kGroupFiles siblings -> their directory.
-//   fs write P: the directory to serve as scratch: P when the agent created it as a
-//              directory, else its parent; /workdir/out for outputs. Never `/`, never a path
-//              the Comet owns (runtime layer, /etc, /proc, /dev), never the pack (/workdir).
-//   network  HOST:PORT/PROTOCOL as the gateway classified it (`dns:NAME` alone: a name looked
-//              up but never connected to, listed, not proposed).
-//   exec, fork, clock: listed as not grantable (the seed forbids them).
-// Each list is capped (kMaxProposed); the rest is counted, never silently dropped.
+// The entries are derived by the rule set of `soyaos run`'s "to allow" hints
+// (grant_proposal.h: the shortest sensible prefix for paths, never `/` nor a path the
+// Comet owns, host + port + protocol entries). What is learning's own is which observations
+// are attempts to grant: a name the DNS stub answered with a learning address is a lookup
+// (with a connection to it: one entry; without: listed as a name only, not proposed), a
+// connection the gateway classified is a connection as seen, and what neither rule set can
+// name (a refused name, a fake address) is a note. What the manifest allows already is
+// never proposed; each list is capped (kMaxProposed), the rest counted, never dropped.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +23,6 @@ namespace soyaos::policy {
 
 inline constexpr size_t kMaxProposed = 32;    // entries per list (egress, fs.read, fs.write)
 inline constexpr size_t kMaxListed = 20;      // not grantable, names only, notes
-inline constexpr size_t kGroupFiles = 8;      // more siblings than this: propose their directory
 inline constexpr size_t kMaxObservations = 20000;  // distinct observations kept across rounds
 
 // One attempt a learn run observed (a `learn_observed` event's data).
@@ -46,7 +43,10 @@ struct ProposedEgress {
 struct Proposal {
   std::vector<ProposedEgress> egress;
   std::vector<ProposedPath> fs_read, fs_write;
-  std::vector<std::string> not_grantable;  // "exec /usr/bin/true (execve): ..."
+  std::vector<std::string> not_grantable;  // "exec /usr/bin/true: 1 attempt [the run]: ..."
+  // What each not-grantable line is about, without its counts (they grow every round):
+  // whether a round observed something new.
+  std::vector<std::string> not_grantable_keys;
   std::vector<std::string> names_only;     // looked up, never connected to
   std::vector<std::string> notes;          // observed, neither proposed nor refused outright
   // Past the caps: how many more of each were left out of the lists above.

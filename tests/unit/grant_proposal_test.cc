@@ -1,10 +1,12 @@
 // policy::propose_grants: denied attempts → the manifest lines that would allow them
 // (issue #13). Pure: every case is a list of attempts as the violation events name them.
 #include "policy/grant_proposal.h"
+#include "policy/learn_proposal.h"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -211,6 +213,82 @@ TEST(GrantProposal, AHostileFloodGivesABoundedProposal) {
   // Nothing silently lost: what is not proposed is counted.
   EXPECT_GT(r.omitted, 0U);
   EXPECT_EQ(r.omitted, 3000U - writes + 2000U - kMaxEgressProposals + (400U - reads) * 5U);
+}
+
+TEST(GrantProposal, AMkdirMakesThatDirectoryTheWritablePath) {
+  DeniedAttempt made = fs_write("/var/cache/app");
+  made.syscall = "mkdirat";
+  auto h = hints({made, fs_write("/var/spool/x/file")});
+  ASSERT_EQ(h.size(), 2U);
+  EXPECT_EQ(h[0], "to allow: add  - /var/cache/app  under capabilities.fs.write  (/var/cache/app: 1 write)");
+  EXPECT_EQ(h[1], "to allow: add  - /var/spool/x  under capabilities.fs.write  (/var/spool/x/*: 1 write)");
+}
+
+// One rule set (issue #13): pack learn's proposal is made of the entries the hints propose
+// for the same attempts; learning only adds which observations are attempts (a learned
+// lookup, a classified connection) and says what used each entry.
+TEST(GrantProposal, LearnProposesTheEntriesTheHintsPropose) {
+  const std::vector<Observation> seen = {
+      {"fs", "read", "/data/a.json", "openat", "EACCES", ""},
+      {"fs", "read", "/data/b.json", "openat", "EACCES", ""},
+      {"fs", "write", "/var/cache/app", "mkdirat", "EACCES", ""},
+      {"fs", "write", "/tmp/x", "openat", "EACCES", ""},
+      {"fs", "write", "/workdir/out/r.txt", "openat", "EACCES", ""},
+      {"network", "", "dns:api.example.com", "", "NOERROR", "learn: answered with a learning address"},
+      {"network", "", "api.example.com:443/https", "connect", "ECONNRESET", "learn: TLS ClientHello, SNI api.example.com"},
+      {"network", "", "dns:only.example.com", "", "NOERROR", "learn: answered with a learning address"},
+      {"exec", "", "/usr/bin/true", "execve", "EPERM", ""},
+      {"fs", "read", "/etc/shadow", "openat", "ENOENT", ""}};
+  Learner learner;
+  std::vector<DeniedAttempt> attempts;
+  for (const auto& o : seen) {
+    learner.add(o, "example basic");
+    const bool learned = o.detail.rfind("learn: ", 0) == 0;
+    attempts.push_back({o.surface, o.access, o.resource, o.errno_name, learned ? "" : o.detail, 1, o.syscall});
+  }
+  const Proposal p = learner.propose(manifest::Manifest{});
+  const GrantProposals g = propose_grants(attempts);
+  std::vector<std::string> from_hints, from_learn;
+  for (const auto& item : g.items) {
+    if (!item.grantable) continue;
+    from_hints.push_back(item.section + " " + (item.path.empty() ? item.host + ":" + std::to_string(item.port) + "/" +
+                                                                       item.protocol
+                                                                 : item.path));
+  }
+  for (const auto& r : p.fs_read) from_learn.push_back("capabilities.fs.read " + r.path);
+  for (const auto& w : p.fs_write) from_learn.push_back("capabilities.fs.write " + w.path);
+  for (const auto& e : p.egress) {
+    from_learn.push_back("capabilities.egress " + e.entry.host + ":" + std::to_string(e.entry.port) + "/" +
+                         manifest::to_string(e.entry.protocol));
+  }
+  for (const auto& n : p.names_only) from_learn.push_back("capabilities.egress " + n.substr(0, n.find(' ')) + ":0/");
+  std::sort(from_hints.begin(), from_hints.end());
+  std::sort(from_learn.begin(), from_learn.end());
+  EXPECT_EQ(from_learn, from_hints);
+  EXPECT_EQ(from_learn, (std::vector<std::string>{"capabilities.egress api.example.com:443/https",
+                                                  "capabilities.egress only.example.com:0/",
+                                                  "capabilities.fs.read /data", "capabilities.fs.write /tmp",
+                                                  "capabilities.fs.write /var/cache/app",
+                                                  "capabilities.fs.write /workdir/out"}));
+  // What used each entry, and what cannot be granted.
+  ASSERT_EQ(p.egress.size(), 1U);
+  EXPECT_EQ(p.egress[0].why, "example basic: TLS ClientHello, SNI api.example.com");
+  ASSERT_EQ(p.fs_read.size(), 1U);
+  EXPECT_EQ(p.fs_read[0].why, "example basic: read /data/a.json; /data/*: 2 reads");
+  ASSERT_EQ(p.names_only.size(), 1U);
+  EXPECT_EQ(p.names_only[0], "only.example.com [example basic]");
+  ASSERT_EQ(p.not_grantable.size(), 2U);
+  EXPECT_EQ(p.not_grantable[0].rfind("exec /usr/bin/true: 1 attempt [example basic]: ", 0), 0U) << p.not_grantable[0];
+  EXPECT_EQ(p.not_grantable[1].rfind("fs read /etc/shadow: 1 attempt [example basic]: /etc belongs", 0), 0U)
+      << p.not_grantable[1];
+  // A manifest that allows some of it: only the rest is proposed.
+  manifest::Manifest m;
+  m.capabilities.fs_write.push_back({"/tmp", "capabilities.fs.write[0]", {}});
+  m.capabilities.fs_read.push_back({"/data", "capabilities.fs.read[0]", {}});
+  const Proposal rest = learner.propose(m);
+  EXPECT_TRUE(rest.fs_read.empty());
+  ASSERT_EQ(rest.fs_write.size(), 2U);
+  EXPECT_EQ(rest.fs_write[0].path, "/var/cache/app");
 }
 
 TEST(GrantProposal, YamlScalarsReadBackExactly) {
