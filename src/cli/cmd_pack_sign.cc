@@ -13,9 +13,6 @@
 // diff: what B may do that A may not, and the reverse (policy/capability_diff.h). A and B
 // are pack directories, local NAME@VERSION or registry references (config blob only). Exit 0; with --exit-code, 1 when B is wider
 // than A (the question a review gate asks); 2 usage or an unreadable pack.
-#include <termios.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/hidden_input.h"
 #include "cli/remote_gate.h"
 #include "common/digest.h"
 #include "common/minisign.h"
@@ -63,27 +61,10 @@ Result<std::string> read_small_file(const fs::path& p, size_t max, const char* w
 }
 
 // $SOYAOS_KEY_PASSWORD; else a line typed without echo on a terminal; else stdin to its
-// end. One trailing newline is dropped.
+// end (read_hidden_stdin, as `secret set` reads a value).
 Result<SecretBytes> read_password() {
   if (const char* env = std::getenv(kPasswordEnv); env != nullptr && *env != '\0') return SecretBytes::copy_of(env);
-  struct termios saved {};
-  const bool tty = ::isatty(STDIN_FILENO) == 1 && ::tcgetattr(STDIN_FILENO, &saved) == 0;
-  if (!tty) {
-    auto v = SecretBytes::read_all(STDIN_FILENO, "stdin");
-    if (v) v->drop_trailing_newline();
-    return v;
-  }
-  std::fputs("Password of the secret key: ", stderr);
-  (void)std::fflush(stderr);
-  struct termios quiet = saved;
-  quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-  quiet.c_lflag |= ICANON;
-  if (::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet) != 0) return errno_error("turn off the terminal's echo");
-  auto v = SecretBytes::read_all(STDIN_FILENO, "the terminal", /*one_line=*/true);
-  (void)::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
-  std::fputc('\n', stderr);
-  if (v) v->drop_trailing_newline();
-  return v;
+  return read_hidden_stdin("Password of the secret key: ");
 }
 
 Result<minisign::SecretKey> load_secret_key(const std::string& file) {

@@ -1,14 +1,12 @@
 // `soyaos secret set NAME` (the value from stdin, never argv), `secret ls` (names and set
 // times, never values), `secret rm NAME`: the Moon's secret store (moon/secret_store.h,
 // SPEC.md C11, docs/secrets.md).
-#include <termios.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <ctime>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/hidden_input.h"
 #include "moon/secret_store.h"
 #include "moon/store.h"
 
@@ -24,30 +22,6 @@ std::string utc(int64_t t) {
   return buf;
 }
 
-// On a terminal the value is typed without echo (and ends at the first newline, which is
-// dropped); otherwise stdin is read to its end and one trailing newline dropped.
-Result<SecretBytes> read_value(const std::string& name) {
-  struct termios saved {};
-  const bool tty = ::isatty(STDIN_FILENO) == 1 && ::tcgetattr(STDIN_FILENO, &saved) == 0;
-  if (!tty) {
-    auto v = SecretBytes::read_all(STDIN_FILENO, "stdin");
-    if (v) v->drop_trailing_newline();
-    return v;
-  }
-  std::fprintf(stderr, "Value for %s (not echoed, end with Enter): ", name.c_str());
-  (void)std::fflush(stderr);
-  struct termios quiet = saved;
-  quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-  quiet.c_lflag |= ICANON;
-  if (::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet) != 0) return errno_error("turn off the terminal's echo");
-  // A canonical-mode read returns one line at most.
-  auto v = SecretBytes::read_all(STDIN_FILENO, "the terminal", /*one_line=*/true);
-  (void)::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
-  std::fputc('\n', stderr);
-  if (v) v->drop_trailing_newline();
-  return v;
-}
-
 int set(const std::string& name) {
   auto home = moon::default_home();
   if (!home) {
@@ -58,7 +32,7 @@ int set(const std::string& name) {
     std::fprintf(stderr, "soyaos secret set: the name must match ^[A-Z_][A-Z0-9_]*$\n");
     return kExitUsage;
   }
-  auto value = read_value(name);
+  auto value = read_hidden_stdin("Value for " + name + " (not echoed, end with Enter): ");
   if (!value) {
     std::fprintf(stderr, "soyaos secret set %s: %s\n", name.c_str(), value.error().describe().c_str());
     return 1;
