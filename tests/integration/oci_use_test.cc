@@ -336,5 +336,17 @@ TEST_F(OciTerminal, AStdinThatIsNoTerminalIsNeverAsked) {
   EXPECT_TRUE(events("b", "pack_approved").empty());
 }
 
+// Review D3: `secret set` (and `pack sign`'s key password) read a hidden value through one
+// function. On a terminal: the prompt, one line typed without echo, its newline dropped.
+TEST(HiddenInput, SecretSetOnATerminalReadsOneLineWithoutEcho) {
+  TempDir t;
+  const std::map<std::string, std::string> e = {{"SOYAOS_HOME", (t.path() / "home").string()}};
+  auto r = on_terminal({"secret", "set", "TOKEN"}, e, "Value for TOKEN (not echoed, end with Enter): ",
+                       "hidden-value-42\n");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.find("hidden-value-42"), std::string::npos) << "echoed: " << r.out;
+  EXPECT_EQ(read_file(t.path() / "home" / "secrets" / "TOKEN"), "hidden-value-42");
+}
+
 }  // namespace
 }  // namespace soyaos::testing
