@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "comet/network.h"
 #include "moon/backend.h"
 #include "moon/server.h"
 #include "scope/events.h"
@@ -58,6 +59,11 @@ int serve(const ServeArgs& a) {
     std::fprintf(stderr, "soyaos moon serve: %s  %s\n", scope::now_rfc3339().c_str(), line.c_str());
     (void)std::fflush(stderr);
   };
+  // Netfilter's hooks kept enabled while the daemon lives: each Comet's network layer is
+  // then cheaper to set up and tear down (comet/network.h). An optimisation, not a layer:
+  // without it (no namespaces for this user, say) runs are as they are without a daemon.
+  auto hooks = comet::hold_netfilter_hooks();
+  if (!hooks) opt.log("netfilter hooks not held (runs set them up each time): " + hooks.error().describe());
   auto s = moon::serve(opt);
   if (!s) {
     std::fprintf(stderr, "soyaos moon serve: %s\n", s.error().describe().c_str());

@@ -11,6 +11,8 @@
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <net/if.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <nftables/libnftables.h>
 #include <sys/socket.h>
@@ -551,6 +553,50 @@ void prefer_unpaced_loopback_tcp() {
     const size_t len = std::strlen(cc);
     if (::write(f.get(), cc, len) == static_cast<ssize_t>(len)) return;
   }
+}
+
+Result<UniqueFd> hold_netfilter_hooks() {
+  int ready[2];
+  int release[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return errno_error("pipe2");
+  UniqueFd ready_r(ready[0]), ready_w(ready[1]);
+  if (::pipe2(release, O_CLOEXEC) != 0) return errno_error("pipe2");
+  UniqueFd release_r(release[0]), release_w(release[1]);
+  const pid_t pid = ::fork();
+  if (pid < 0) return errno_error("fork (netfilter hooks holder)");
+  if (pid == 0) {
+    // The child: a new netns (and, without root, the user namespace that lets us own it),
+    // the ruleset, then wait until the parent holds the namespace.
+    ready_r.reset();
+    release_w.reset();
+    const int flags = ::geteuid() == 0 ? CLONE_NEWNET : CLONE_NEWUSER | CLONE_NEWNET;
+    char status = 1;
+    if (::unshare(flags) == 0) {
+      NetworkPlan plan;
+      plan.gateway_port = 1;  // only the hooks matter: nothing is ever redirected here
+      status = install_ruleset(nft_ruleset(plan)) ? 0 : 2;
+    }
+    (void)!::write(ready_w.get(), &status, 1);
+    char byte = 0;
+    (void)!::read(release_r.get(), &byte, 1);  // EOF: the parent has the namespace (or gave up)
+    ::_exit(status);
+  }
+  ready_w.reset();
+  release_r.reset();
+  char status = 1;
+  const bool told = ::read(ready_r.get(), &status, 1) == 1;
+  UniqueFd ns;
+  if (told && status == 0) ns.reset(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+  const int open_errno = errno;
+  release_w.reset();
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (!told) return make_error("netfilter hooks holder: the child died", ECHILD);
+  if (status == 1) return make_error("netfilter hooks holder: cannot create a network namespace", EPERM);
+  if (status != 0) return make_error("netfilter hooks holder: cannot install the ruleset", EPERM);
+  if (!ns) return make_error("netfilter hooks holder: open its /proc/PID/ns/net", open_errno);
+  return ns;
 }
 
 Result<sockaddr_storage> original_destination(const UniqueFd& accepted) {

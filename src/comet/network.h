@@ -117,6 +117,15 @@ Result<NetworkFds> setup_sandbox_network(const NetworkPlan& plan);
 // net.ipv4.tcp_allowed_congestion_control, which always has reno.)
 void prefer_unpaced_loopback_tcp();
 
+// A network namespace holding nft_ruleset()'s hooks (its NAT and filter chains and
+// conntrack), nothing else: no interface up, its rules filter only itself. While it lives,
+// netfilter's global static keys for those hooks stay enabled, so each Comet's netns
+// registers its hooks without patching kernel text on every CPU (at set-up and again at
+// teardown): 0.4–0.6 ms of the child's CPU per run (docs/benchmarks.md). For long-lived
+// processes (`soyaos moon serve`); the namespace lives as long as the returned fd. Runs a
+// short-lived child (fork), so call it while the process has one thread.
+Result<UniqueFd> hold_netfilter_hooks();
+
 // ---- Supervisor side ----
 
 // The destination the agent connected to before the redirect (SO_ORIGINAL_DST for an

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -643,6 +644,29 @@ TEST_F(MoonDaemon, OnlyRootOrTheMoonsOwnerMayClearAFlag) {
   auto raised = stored({"--type", "pack_flagged"});
   ASSERT_FALSE(raised.empty());
   EXPECT_TRUE(raised[0]["data"].contains("actor")) << "raising a flag records who ran the run: " << raised[0].dump();
+}
+
+// The daemon keeps netfilter's hooks enabled (comet::hold_netfilter_hooks, issue #16): it
+// holds an fd to a network namespace of its own, not the host's, holding the Comet's
+// ruleset; the run through it works as always.
+TEST_F(MoonDaemon, HoldsANetnsWithTheCometsHooks) {
+  std::error_code ec;
+  const auto host_ns = fs::read_symlink("/proc/self/ns/net", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  std::string held;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(daemon_.pid()) + "/fd", ec)) {
+    const auto target = fs::read_symlink(e.path(), ec);
+    if (!ec && target.string().rfind("net:[", 0) == 0 && target != host_ns) held = e.path().string();
+  }
+  ASSERT_FALSE(held.empty()) << "no netns fd in the daemon: " << read_file(log_);
+  const std::string listing = dir_.path() / "ruleset.txt";
+  const std::string cmd = "nsenter --net=" + held + " nft list ruleset > " + listing + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(listing);
+  const std::string rules = read_file(listing);
+  EXPECT_NE(rules.find("table inet soyaos"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("type nat hook output"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("ct state established,related accept"), std::string::npos) << rules;
+  EXPECT_EQ(read_file(log_).find("netfilter hooks not held"), std::string::npos) << read_file(log_);
 }
 
 }  // namespace
