@@ -11,17 +11,25 @@
 // SOYAOS_MOON_SOCKET, else a daemon answering on $SOYAOS_HOME/moon.sock, else embedded),
 // its state directory and counts, and the daemon's pid and uptime. Exit 0, 1 when the Moon
 // cannot be reached or read.
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "comet/network.h"
+#include "cli/remote_flags.h"
+#include "common/text.h"
 #include "moon/backend.h"
 #include "moon/server.h"
 #include "scope/events.h"
@@ -38,6 +46,16 @@ struct ServeArgs {
   std::string group;
   size_t max_clients = 64;
 };
+
+// How often `moon serve` publishes queued flags: 60 s, or SOYAOS_MOON_FLAG_INTERVAL_MS (tests).
+std::chrono::milliseconds flag_publish_interval() {
+  const char* v = std::getenv("SOYAOS_MOON_FLAG_INTERVAL_MS");
+  if (v == nullptr || *v == '\0') return std::chrono::seconds(60);
+  char* end = nullptr;
+  const long ms = std::strtol(v, &end, 10);
+  if (end == nullptr || *end != '\0' || ms < 10 || ms > 86'400'000) return std::chrono::seconds(60);
+  return std::chrono::milliseconds(ms);
+}
 
 int serve(const ServeArgs& a) {
   auto home = moon::default_home();
@@ -64,7 +82,43 @@ int serve(const ServeArgs& a) {
   // without it (no namespaces for this user, say) runs are as they are without a daemon.
   auto hooks = comet::hold_netfilter_hooks();
   if (!hooks) opt.log("netfilter hooks not held (runs set them up each time): " + hooks.error().describe());
+  // C12: the flags queued for registries are published from here too (cli/remote_flags.h),
+  // every 60 s, honouring their backoff. The thread is started with the stop signals
+  // blocked (serve() takes them through a signalfd, which every thread must leave to it)
+  // and ends with serve().
+  struct Publisher {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+  };
+  auto pub = std::make_shared<Publisher>();
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  sigset_t old_mask;
+  (void)::pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
+  std::thread publisher([pub, home = *home, log = opt.log] {
+    std::unique_lock<std::mutex> lock(pub->mu);
+    for (;;) {
+      if (pub->cv.wait_for(lock, flag_publish_interval(), [&] { return pub->stop; })) return;
+      lock.unlock();
+      PublishOptions publish;
+      publish.honour_backoff = true;
+      publish.quick = true;
+      for (const auto& n : publish_queued_flags(home, publish)) log(escape_for_terminal(n));
+      lock.lock();
+    }
+  });
+  (void)::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   auto s = moon::serve(opt);
+  {
+    std::lock_guard<std::mutex> lock(pub->mu);
+    pub->stop = true;
+  }
+  pub->cv.notify_all();
+  publisher.join();
   if (!s) {
     std::fprintf(stderr, "soyaos moon serve: %s\n", s.error().describe().c_str());
     return 1;

@@ -4,11 +4,13 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/remote_flags.h"
 #include "cli/remote_gate.h"
 #include "cli/remote_packs.h"
 #include "common/digest.h"
@@ -122,6 +124,13 @@ int remote_push(const std::string& dir, const std::string& ref_text, const std::
   std::printf("  pack     %s@%s  archive %s  (%llu bytes)\n", p.name.c_str(), escape_for_terminal(p.version).c_str(),
               p.layer.digest.c_str(), static_cast<unsigned long long>(p.layer.size));
   std::printf("  blobs    %s\n", stats_text(client->stats()).c_str());
+  // This command talked to the registry: the flags queued for it go now (remote_flags.h).
+  PublishOptions publish;
+  publish.registry = ref->registry;
+  publish.client = &*client;
+  for (const auto& n : publish_queued_flags(*home, publish)) {
+    std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(n).c_str());
+  }
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -178,6 +187,9 @@ int remote_inspect(const std::string& ref_text, const std::string& format) {
                 {"capabilities", caps},
                 {"secrets", secrets},
                 {"annotations", pack->annotations},
+                {"flagged", std::any_of(gate.flags.begin(), gate.flags.end(),
+                                        [](const json& f) { return f.value("active", false); })},
+                {"flags", gate.flags},
                 {"manifest", m}};
     std::printf("%s\n", doc.dump(2).c_str());
     return std::fflush(stdout) == 0 ? 0 : 1;

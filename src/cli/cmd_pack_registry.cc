@@ -194,6 +194,7 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
                     {"cleared_at", f.cleared ? json(f.cleared_at) : json(nullptr)},
                     {"cleared_by", std::move(cleared_by)},
                     {"cleared_reason", f.cleared ? json(f.cleared_reason) : json(nullptr)},
+                    {"origin", f.origin.empty() ? json(nullptr) : json(valid_utf8(f.origin))},
                     {"violation", v.is_discarded() ? json(f.violation) : v}});
     }
     auto manifest = moon::yaml_to_json(p->manifest);
@@ -235,6 +236,7 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
       }
       std::string as;  // raised under another NAME@VERSION (a directory run of the same content)
       if (f.name != p->name || f.version != p->version) as = "  (as " + f.name + "@" + f.version + ")";
+      if (!f.origin.empty()) as += "  " + escape_for_terminal(f.origin);  // read from a registry (C12)
       std::printf("  %s  run %s%s  [%s]  %s\n", f.flagged_at.c_str(), f.run_id.c_str(), as.c_str(), state.c_str(),
                   escape_for_terminal(violation_summary(f.violation)).c_str());
     }

@@ -9,10 +9,12 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/remote_flags.h"
 #include "cli/remote_packs.h"
 #include "cli/run_cache.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
+#include "common/digest.h"
 #include "common/phase_trace.h"
 #include "common/text.h"
 #include "manifest/manifest.h"
@@ -180,6 +182,26 @@ bool pack_collects_out(const fs::path& pack_dir) {
   return false;
 }
 
+// C12: a violation of a pack that came from a registry travels back there as a flag
+// referrer (cli/remote_flags.h): queued durably, then one quick try; a registry that is
+// down costs the run nothing but a warning, the flag goes with a later command.
+void publish_run_flag(const fs::path& home, const fs::path& pack_dir, const supervisor::RunReport& report) {
+  if (report.violations.empty()) return;
+  auto digest = tree_digest(pack_dir);
+  if (!digest) return;
+  const auto& first = report.violations.front();
+  std::vector<std::string> registries;
+  auto notes = queue_run_flags(home, *digest, report.run_id, first.surface, first.resource, registries);
+  for (const auto& registry : registries) {
+    PublishOptions publish;
+    publish.registry = registry;
+    publish.honour_backoff = true;
+    publish.quick = true;
+    for (auto& n : publish_queued_flags(home, publish)) notes.push_back(std::move(n));
+  }
+  for (const auto& n : notes) std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(n).c_str());
+}
+
 void run(const RunArgs& a, CliContext& ctx) {
   trace_phase("cli_parsed");  // bench/startup.sh names every phase of the command
   // C9: before any thread exists (the Moon client, the egress and DNS threads), so that a
@@ -318,6 +340,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   }
   print_summary(report);
   trace_phase("reported");
+  publish_run_flag(*home, req.pack_dir, report);
   ctx.exit_code = report.exit_code;
   // C9: a signal after the run's record was complete still ends soyaos with 128+N.
   if (int sig = supervisor::take_pending_stop_signal(); sig != 0 && report.outcome.stop_signal == 0) {

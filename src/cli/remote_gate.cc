@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "cli/remote_flags.h"
 #include "common/text.h"
 #include "moon/backend.h"
 #include "moon/config.h"
@@ -185,6 +186,22 @@ GateDecision remote_pack_gate(const GateRequest& req) {
   };
   Judge j(req.pack, req.use, req.home);
   if (!j.error.empty()) return fail(j.error);
+
+  // ---- flags (remote_flags.h): only ever warnings, never a refusal ----
+  if (req.client != nullptr) {
+    // This command talks to the registry anyway: the flags queued for it go now.
+    PublishOptions publish;
+    publish.registry = req.pack.ref.registry;
+    publish.client = req.client;
+    for (auto& n : publish_queued_flags(req.home, publish)) d.notes.push_back(std::move(n));
+    for (auto& n : read_remote_flags(*j.store, *req.client, req.pack)) d.notes.push_back(std::move(n));
+  }
+  if (req.use == GateUse::inspect) {
+    for (auto& l : remote_flag_lines(*j.store, req.pack)) d.lines.push_back(std::move(l));
+    d.flags = remote_flags_json(*j.store, req.pack);
+  } else if (auto s = record_remote_origin(*j.store, req.pack); !s) {
+    d.notes.push_back("warning: " + s.error().describe());
+  }
 
   // ---- trust ----
   std::string fetch_error;

@@ -34,6 +34,7 @@ struct GateDecision {
   std::string message;              // printed on stderr when refused
   std::vector<std::string> notes;   // printed on stderr in any case (warnings)
   std::vector<std::string> lines;   // `inspect`: extra "key: value" lines for the text output
+  nlohmann::ordered_json flags = nlohmann::ordered_json::array();  // `inspect`: the flags the Moon holds
 };
 
 GateDecision remote_pack_gate(const GateRequest& request);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/digest.h"
+#include "common/text.h"
 #include "moon/backend.h"
 #include "moon/recorder.h"
 #include "moon/semver.h"
@@ -66,15 +67,18 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
     if (!newest) return newest.error();
     std::string advice = newest->empty() ? std::string("no unflagged version of ") + ctx.pack + " is pushed"
                                          : "the newest unflagged version is " + ctx.pack + "@" + *newest;
+    // A flag read from a registry (cli/remote_flags.h) says where: another host's run.
+    const std::string where = f.origin.empty() ? "" : " (" + escape_for_terminal(f.origin) + ")";
     std::fprintf(stderr,
-                 "soyaos: warning: %s@%s is flagged: run %s had a capability violation (%s); %s; "
+                 "soyaos: warning: %s@%s is flagged%s: run %s had a capability violation (%s); %s; "
                  "`soyaos pack inspect %s@%s` shows it, `soyaos pack unflag %s@%s --reason TEXT` clears it\n",
-                 ctx.pack.c_str(), ctx.version.c_str(), f.run_id.c_str(), f.flagged_at.c_str(), advice.c_str(),
-                 ctx.pack.c_str(), ctx.version.c_str(), ctx.pack.c_str(), ctx.version.c_str());
+                 ctx.pack.c_str(), ctx.version.c_str(), where.c_str(), f.run_id.c_str(), f.flagged_at.c_str(),
+                 advice.c_str(), ctx.pack.c_str(), ctx.version.c_str(), ctx.pack.c_str(), ctx.version.c_str());
     nlohmann::ordered_json violation = nlohmann::ordered_json::parse(f.violation, nullptr, false);
     emit("pack_flagged", {{"raised", false},
                           {"flagged_by_run", f.run_id},
                           {"flagged_at", f.flagged_at},
+                          {"origin", f.origin.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.origin)},
                           {"newest_unflagged", newest->empty() ? nlohmann::ordered_json(nullptr)
                                                                : nlohmann::ordered_json(*newest)},
                           {"violation", violation.is_discarded() ? nlohmann::ordered_json(f.violation) : violation}});

@@ -284,6 +284,7 @@ json to_json(const FlagRecord& f) {
           {"cleared_at", f.cleared_at},
           {"cleared_by", {{"uid", f.cleared_by.uid}, {"user", f.cleared_by.user}}},
           {"cleared_reason", f.cleared_reason},
+          {"origin", f.origin},
           {"active", f.active}};
 }
 FlagRecord flag_from_json(const json& j) {
@@ -302,6 +303,7 @@ FlagRecord flag_from_json(const json& j) {
     f.cleared_by.user = str(j["cleared_by"], "user");
   }
   f.cleared_reason = str(j, "cleared_reason");
+  f.origin = str(j, "origin");
   f.active = j.value("active", false);
   return f;
 }

@@ -1,6 +1,7 @@
 #include "moon/store.h"
 
 #include "moon/sqlite_util.h"
+#include "moon/store_sql.h"
 
 #include <sqlite3.h>
 
@@ -16,7 +17,14 @@
 namespace soyaos::moon {
 namespace {
 
+using detail::corrupt_error;
+using detail::db_error;
+using detail::exec;
+using detail::is_corruption;
+using detail::prepare;
+using detail::read_rows;
 using detail::Stmt;
+using detail::step_done;
 using detail::Txn;
 
 namespace fs = std::filesystem;
@@ -187,34 +195,41 @@ CREATE INDEX IF NOT EXISTS approvals_by_repository ON approvals (repository, id)
 CREATE INDEX IF NOT EXISTS approvals_by_digest ON approvals (digest);
 )sql";
 
-Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
-  return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
-}
-
-bool is_corruption(int rc) {
-  rc &= 0xff;
-  return rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
-}
-
-// What PRAGMA quick_check says, for an error message ("" when it cannot run).
-std::string quick_check(sqlite3* db) {
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db, "PRAGMA quick_check(3)", -1, &raw, nullptr) != SQLITE_OK) return "";
-  Stmt s(raw);
-  std::string out;
-  while (s.step() == SQLITE_ROW) out += (out.empty() ? "" : "; ") + s.text(0);
-  // One row can span lines ("*** in database main ***\nPage 11: ..."); a problem is one line.
-  for (char& c : out)
-    if (c == '\n' || c == '\r') c = ' ';
-  return out;
-}
-
-Error corrupt_error(sqlite3* db, const fs::path& path, const std::string& sqlite_msg) {
-  std::string msg = "the Moon database " + path.string() + " is corrupt or not a SQLite database (" + sqlite_msg + ")";
-  if (std::string qc = quick_check(db); !qc.empty() && qc != "ok") msg += "; quick_check: " + qc;
-  msg += "; move it aside to start a fresh index (blobs under oci/ are kept)";
-  return make_error(msg);
-}
+// Schema 7 (C12, C8 (4)): flags travel (store_flags.cc). A flag read from a registry says
+// where it came from (origin); the packs this Moon took from registries (remote_origins,
+// by tree digest: a violation of that content is published to each); the flags waiting to
+// be published as referrers (flag_outbox, retried with backoff, bounded).
+const char* const kSchemaV7 = R"sql(
+ALTER TABLE flags ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+CREATE TABLE IF NOT EXISTS remote_origins (
+  tree_digest TEXT NOT NULL,
+  registry TEXT NOT NULL,
+  repository TEXT NOT NULL,
+  manifest_digest TEXT NOT NULL,
+  manifest_size INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  version TEXT NOT NULL,
+  seen_at TEXT NOT NULL,
+  PRIMARY KEY (tree_digest, registry, repository, manifest_digest)
+);
+CREATE TABLE IF NOT EXISTS flag_outbox (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  registry TEXT NOT NULL,
+  repository TEXT NOT NULL,
+  manifest_digest TEXT NOT NULL,
+  manifest_size INTEGER NOT NULL,
+  run_id TEXT NOT NULL,
+  body TEXT NOT NULL,
+  queued_at TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_attempt INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  published_at TEXT,
+  referrer TEXT,
+  UNIQUE (registry, repository, manifest_digest, run_id)
+);
+CREATE INDEX IF NOT EXISTS flag_outbox_pending ON flag_outbox (registry, published_at);
+)sql";
 
 PackRecord pack_from(Stmt& s) {
   PackRecord p;
@@ -229,6 +244,25 @@ PackRecord pack_from(Stmt& s) {
   p.pushed_at = s.text(8);
   p.manifest = s.text(9);
   return p;
+}
+
+FlagRecord flag_from(Stmt& st) {
+  FlagRecord f;
+  f.id = st.integer(0);
+  f.name = st.text(1);
+  f.version = st.text(2);
+  f.digest = st.text(3);
+  f.run_id = st.text(4);
+  f.violation = st.text(5);
+  f.flagged_at = st.text(6);
+  f.cleared = st.integer(7) != 0;
+  f.cleared_at = st.text(8);
+  f.cleared_by.uid = st.integer(9);
+  f.cleared_by.user = st.text(10);
+  f.cleared_reason = st.text(11);
+  f.origin = st.text(12);
+  f.active = !f.cleared;
+  return f;
 }
 
 constexpr const char* kPackCols =
@@ -266,38 +300,6 @@ Store& Store::operator=(Store&& o) noexcept {
   return *this;
 }
 Store::~Store() { sqlite3_close_v2(db_); }
-
-namespace {
-
-// Runs SQL without results; the error names the database file.
-Status exec(sqlite3* db, const fs::path& path, const char* sql, const std::string& what) {
-  char* msg = nullptr;
-  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &msg);
-  std::string m = msg != nullptr ? msg : sqlite3_errstr(rc);
-  sqlite3_free(msg);
-  if (rc == SQLITE_OK) return {};
-  if (is_corruption(rc)) return corrupt_error(db, path, m);
-  return make_error(what + " (" + path.string() + "): " + m);
-}
-
-Result<Stmt> prepare(sqlite3* db, const fs::path& path, const std::string& sql) {
-  sqlite3_stmt* s = nullptr;
-  int rc = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &s, nullptr);
-  if (rc != SQLITE_OK) {
-    if (is_corruption(rc)) return corrupt_error(db, path, sqlite3_errmsg(db));
-    return db_error(db, path, "prepare query");
-  }
-  return Stmt(s);
-}
-
-Status step_done(Stmt& s, sqlite3* db, const fs::path& path, const std::string& what) {
-  int rc = s.step();
-  if (rc == SQLITE_DONE || rc == SQLITE_ROW) return {};
-  if (is_corruption(rc)) return corrupt_error(db, path, sqlite3_errmsg(db));
-  return db_error(db, path, what);
-}
-
-}  // namespace
 
 Result<Store> Store::open(const fs::path& home) {
   std::error_code ec;
@@ -382,6 +384,11 @@ Status Store::init_schema() {
   if (*v == 5) {
     if (auto s = exec(db_, path_, kSchemaV6, "upgrade the schema to version 6"); !s) return s;
     if (auto s = exec(db_, path_, "PRAGMA user_version=6", "set the schema version"); !s) return s;
+    *v = 6;
+  }
+  if (*v == 6) {
+    if (auto s = exec(db_, path_, kSchemaV7, "upgrade the schema to version 7"); !s) return s;
+    if (auto s = exec(db_, path_, "PRAGMA user_version=7", "set the schema version"); !s) return s;
   }
   if (auto s = txn.commit(); !s) return s;
   return flush_head();
@@ -482,10 +489,9 @@ Result<std::optional<PackRecord>> Store::pack(const std::string& name, const std
 Result<std::vector<PackRecord>> Store::packs() {
   auto st = prepare(db_, path_, std::string("SELECT ") + kPackCols + " FROM packs ORDER BY name, id");
   if (!st) return st.error();
-  std::vector<PackRecord> out;
-  int rc = 0;
-  while ((rc = st->step()) == SQLITE_ROW) out.push_back(pack_from(*st));
-  if (rc != SQLITE_DONE) return db_error(db_, path_, "list packs");
+  auto rows = read_rows(*st, pack_from, db_, path_, "list packs");
+  if (!rows) return rows.error();
+  std::vector<PackRecord> out = std::move(*rows);
   std::stable_sort(out.begin(), out.end(), [](const PackRecord& a, const PackRecord& b) {
     if (a.name != b.name) return a.name < b.name;
     return compare_semver(a.version, b.version) < 0;
@@ -526,11 +532,11 @@ Result<bool> Store::insert_pack(const PackRecord& p, const json& pushed_event) {
 Result<bool> Store::add_flag(const FlagRecord& f, const json& flagged_event) {
   // Autocommit: the flag is durable before its event is written (flag first).
   auto st = prepare(db_, path_,
-                    "INSERT OR IGNORE INTO flags (name, version, digest, run_id, violation, flagged_at, packs_seen) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(id), 0) FROM packs))");
+                    "INSERT OR IGNORE INTO flags (name, version, digest, run_id, violation, flagged_at, packs_seen, origin) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(id), 0) FROM packs), ?7)");
   if (!st) return st.error();
   st->bind(1, f.name).bind(2, f.version).bind(3, f.digest).bind(4, f.run_id).bind(5, f.violation);
-  st->bind(6, f.flagged_at.empty() ? scope::now_rfc3339() : f.flagged_at);
+  st->bind(6, f.flagged_at.empty() ? scope::now_rfc3339() : f.flagged_at).bind(7, f.origin);
   if (auto s = step_done(*st, db_, path_, "flag " + f.name + "@" + f.version); !s) return s.error();
   if (sqlite3_changes(db_) == 0) return false;
   if (auto s = append_events(std::span<const json>(&flagged_event, 1)); !s)
@@ -544,31 +550,11 @@ Result<std::vector<FlagRecord>> Store::flags(const std::string& name, const std:
   auto st = prepare(db_, path_,
                     "SELECT id, name, version, digest, run_id, violation, flagged_at, cleared, "
                     "COALESCE(cleared_at, ''), COALESCE(cleared_by_uid, -1), COALESCE(cleared_by_user, ''), "
-                    "COALESCE(cleared_reason, '') FROM flags "
+                    "COALESCE(cleared_reason, ''), origin FROM flags "
                     "WHERE (name=?1 AND version=?2) OR (?3 <> '' AND digest=?3) ORDER BY id");
   if (!st) return st.error();
   st->bind(1, name).bind(2, version).bind(3, digest);
-  std::vector<FlagRecord> out;
-  int rc = 0;
-  while ((rc = st->step()) == SQLITE_ROW) {
-    FlagRecord f;
-    f.id = st->integer(0);
-    f.name = st->text(1);
-    f.version = st->text(2);
-    f.digest = st->text(3);
-    f.run_id = st->text(4);
-    f.violation = st->text(5);
-    f.flagged_at = st->text(6);
-    f.cleared = st->integer(7) != 0;
-    f.cleared_at = st->text(8);
-    f.cleared_by.uid = st->integer(9);
-    f.cleared_by.user = st->text(10);
-    f.cleared_reason = st->text(11);
-    f.active = !f.cleared;
-    out.push_back(std::move(f));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_, path_, "read flags of " + name + "@" + version);
-  return out;
+  return read_rows(*st, flag_from, db_, path_, "read flags of " + name + "@" + version);
 }
 
 Result<int> Store::clear_flags(const std::string& name, const std::string& version, const std::string& digest,

@@ -25,7 +25,7 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 
 namespace chain {
 class MoonKey;
@@ -73,6 +73,9 @@ struct FlagRecord {
   std::string cleared_at;
   Actor cleared_by;             // who ran `soyaos pack unflag`
   std::string cleared_reason;   // its --reason
+  // "" when a run on this host raised it; else where it was read (schema 7): "flagged on
+  // REGISTRY/REPO by moon KEY_ID (referrer sha256:…)" — a flag published by another host.
+  std::string origin;
   bool active = false;          // not cleared
 };
 
@@ -101,6 +104,35 @@ struct ApprovalRecord {
   std::string approved_at;      // RFC 3339 UTC
   Actor by;
 };
+
+// A pack this Moon took from an OCI registry (C12; schema 7): a violation of a run of that
+// content (by tree digest, so `pack pull -o DIR` then `run DIR` counts) is published there.
+struct RemoteOrigin {
+  std::string tree_digest;      // "sha256:HEX" of the pack's tree
+  std::string registry;         // HOST[:PORT]
+  std::string repository;       // REPO (without the registry)
+  std::string manifest_digest;  // the image manifest the flag referrer's subject names
+  int64_t manifest_size = 0;
+  std::string name, version;
+};
+
+// A flag waiting to be published as an OCI referrer (a row of `flag_outbox`).
+struct QueuedFlag {
+  int64_t id = 0;
+  std::string registry, repository, manifest_digest;
+  int64_t manifest_size = 0;
+  std::string run_id;           // the run that raised it (one referrer per run and pack)
+  std::string body;             // the referrer's blob (docs/registry.md "Flags travel")
+  std::string queued_at;        // RFC 3339 UTC
+  int64_t attempts = 0;
+  int64_t next_attempt = 0;     // unix seconds: not retried by the background paths before
+  std::string last_error;
+  std::string published_at;     // "" while queued
+  std::string referrer;         // the referrer's manifest digest once published
+};
+// At most this many unpublished flags are queued (all registries together): past it a new
+// flag stays local only and queue_flag says so.
+inline constexpr int64_t kMaxQueuedFlags = 256;
 
 // One stored Scope event.
 struct StoredEvent {
@@ -169,6 +201,18 @@ class Store {
   // transaction; nothing is appended when there was nothing to clear. Returns how many.
   Result<int> clear_flags(const std::string& name, const std::string& version, const std::string& digest,
                           const Actor& actor, const std::string& reason, nlohmann::ordered_json unflagged_event);
+
+  // ---- flags that travel between hosts (C12, C8 (4); store_flags.cc) ----
+  Status add_remote_origin(const RemoteOrigin& origin);
+  // The registry packs whose tree digest is `tree_digest`.
+  Result<std::vector<RemoteOrigin>> remote_origins(const std::string& tree_digest);
+  enum class Queued { queued, duplicate, full };
+  Result<Queued> queue_flag(const QueuedFlag& flag);
+  // Unpublished flags for `registry` ("" any), oldest first, at most `limit`; `now` > 0:
+  // only those whose next_attempt is due.
+  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, int64_t now, int64_t limit);
+  Status flag_published(int64_t id, const std::string& referrer);
+  Status flag_publish_failed(int64_t id, const std::string& error, int64_t next_attempt);
 
   // ---- signatures and approvals (C12; store_consent.cc) ----
   // Stores the signature and appends `event` (when not null) in one transaction; false,

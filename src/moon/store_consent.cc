@@ -7,37 +7,22 @@
 #include <utility>
 
 #include "moon/sqlite_util.h"
+#include "moon/store_sql.h"
 #include "moon/store.h"
 #include "scope/events.h"
 
 namespace soyaos::moon {
 namespace {
 
+using detail::db_error;
+using detail::exec;
+using detail::prepare;
+using detail::read_rows;
+using detail::step_done;
 using detail::Stmt;
 using detail::Txn;
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
-
-Error db_error(sqlite3* db, const fs::path& path, const std::string& what) {
-  return make_error(what + " (" + path.string() + "): " + sqlite3_errmsg(db));
-}
-
-Status exec(sqlite3* db, const fs::path& path, const char* sql, const std::string& what) {
-  char* msg = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
-    std::string text = msg != nullptr ? msg : sqlite3_errmsg(db);
-    sqlite3_free(msg);
-    return make_error(what + " (" + path.string() + "): " + text);
-  }
-  return {};
-}
-
-Result<Stmt> prepare(sqlite3* db, const fs::path& path, const std::string& sql) {
-  sqlite3_stmt* s = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &s, nullptr) != SQLITE_OK)
-    return db_error(db, path, "prepare a query");
-  return Stmt(s);
-}
 
 constexpr const char* kApprovalColumns =
     "SELECT id, repository, digest, reference, manifest, approved_at, by_uid, by_user FROM approvals ";
@@ -55,6 +40,19 @@ ApprovalRecord approval_row(Stmt& st) {
   return a;
 }
 
+SignatureRecord signature_row(Stmt& st) {
+  SignatureRecord r;
+  r.id = st.integer(0);
+  r.manifest_digest = st.text(1);
+  r.key_id = st.text(2);
+  r.signature = st.text(3);
+  r.reference = st.text(4);
+  r.added_at = st.text(5);
+  r.by.uid = st.integer(6);
+  r.by.user = st.text(7);
+  return r;
+}
+
 }  // namespace
 
 Result<bool> Store::add_signature(const SignatureRecord& sig, const json& event) {
@@ -66,7 +64,7 @@ Result<bool> Store::add_signature(const SignatureRecord& sig, const json& event)
   if (!st) return st.error();
   st->bind(1, sig.manifest_digest).bind(2, sig.key_id).bind(3, sig.signature).bind(4, sig.reference);
   st->bind(5, sig.added_at.empty() ? scope::now_rfc3339() : sig.added_at).bind(6, sig.by.uid).bind(7, sig.by.user);
-  if (st->step() != SQLITE_DONE) return db_error(db_, path_, "store a signature of " + sig.manifest_digest);
+  if (auto s = step_done(*st, db_, path_, "store a signature of " + sig.manifest_digest); !s) return s.error();
   if (sqlite3_changes(db_) == 0) return false;
   if (!event.is_null()) {
     if (auto s = append_events(std::span<const json>(&event, 1)); !s) return s.error();
@@ -82,22 +80,7 @@ Result<std::vector<SignatureRecord>> Store::signatures(const std::string& manife
                     "FROM signatures WHERE manifest_digest=?1 ORDER BY id");
   if (!st) return st.error();
   st->bind(1, manifest_digest);
-  std::vector<SignatureRecord> out;
-  int rc = 0;
-  while ((rc = st->step()) == SQLITE_ROW) {
-    SignatureRecord r;
-    r.id = st->integer(0);
-    r.manifest_digest = st->text(1);
-    r.key_id = st->text(2);
-    r.signature = st->text(3);
-    r.reference = st->text(4);
-    r.added_at = st->text(5);
-    r.by.uid = st->integer(6);
-    r.by.user = st->text(7);
-    out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_, path_, "read the signatures of " + manifest_digest);
-  return out;
+  return read_rows(*st, signature_row, db_, path_, "read the signatures of " + manifest_digest);
 }
 
 Status Store::add_approval(const ApprovalRecord& a, const json& event) {
@@ -109,7 +92,7 @@ Status Store::add_approval(const ApprovalRecord& a, const json& event) {
   if (!st) return st.error();
   st->bind(1, a.repository).bind(2, a.digest).bind(3, a.reference).bind(4, a.manifest);
   st->bind(5, a.approved_at.empty() ? scope::now_rfc3339() : a.approved_at).bind(6, a.by.uid).bind(7, a.by.user);
-  if (st->step() != SQLITE_DONE) return db_error(db_, path_, "store the approval of " + a.reference);
+  if (auto s = step_done(*st, db_, path_, "store the approval of " + a.reference); !s) return s;
   if (auto s = append_events(std::span<const json>(&event, 1)); !s) return s;
   if (auto s = txn.commit(); !s) return s;
   return flush_head();
@@ -129,11 +112,7 @@ Result<std::vector<ApprovalRecord>> Store::approvals_of(const std::string& diges
   auto st = prepare(db_, path_, std::string(kApprovalColumns) + "WHERE digest=?1 ORDER BY id");
   if (!st) return st.error();
   st->bind(1, digest);
-  std::vector<ApprovalRecord> out;
-  int rc = 0;
-  while ((rc = st->step()) == SQLITE_ROW) out.push_back(approval_row(*st));
-  if (rc != SQLITE_DONE) return db_error(db_, path_, "read the approvals of " + digest);
-  return out;
+  return read_rows(*st, approval_row, db_, path_, "read the approvals of " + digest);
 }
 
 }  // namespace soyaos::moon

@@ -60,7 +60,7 @@ void RegistryServer::stop() {
 std::string RegistryServer::start(const fs::path& dir, const Options& o) {
   fs::create_directories(dir);
   storage_ = dir / "storage";
-  const int port = free_port();
+  const int port = o.port > 0 ? o.port : free_port();
   if (port <= 0) return "no free port";
   address_ = "127.0.0.1:" + std::to_string(port);
   std::string cfg = "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: " +

@@ -16,6 +16,7 @@ class RegistryServer {
   struct Options {
     bool tls = false;
     bool auth = false;  // htpasswd basic auth, user "tester", password kPassword
+    int port = 0;       // 0: a free one; else this one (a restart on the same address)
   };
   static constexpr const char* kUser = "tester";
   static constexpr const char* kPassword = "s3cret-pw";

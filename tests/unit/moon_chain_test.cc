@@ -327,7 +327,8 @@ TEST(MoonChain, OlderStoreIsChainedAtUpgrade) {
   fill(t.path());
   // Back to schema 2: no chain columns, no checkpoints, no key, no head.
   tamper(t.path(), "ALTER TABLE events DROP COLUMN hash; ALTER TABLE events DROP COLUMN prev_hash; "
-                   "DROP TABLE checkpoints; DROP TABLE chain_meta; PRAGMA user_version=2");
+                   "DROP TABLE checkpoints; DROP TABLE chain_meta; ALTER TABLE flags DROP COLUMN origin; "
+                   "DROP TABLE remote_origins; DROP TABLE flag_outbox; PRAGMA user_version=2");
   for (const char* f : {"moon.key", "moon.pub", "scope.head"}) fs::remove(t.path() / f);
   auto s = Store::open(t.path());
   ASSERT_TRUE(s) << s.error().describe();
