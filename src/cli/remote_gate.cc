@@ -188,19 +188,30 @@ GateDecision remote_pack_gate(const GateRequest& req) {
   if (!j.error.empty()) return fail(j.error);
 
   // ---- flags (remote_flags.h): only ever warnings, never a refusal ----
-  if (req.client != nullptr) {
+  // Embedded Moon only: a client of a Moon daemon neither publishes nor reads flags yet
+  // (docs/registry.md "Flags travel"), and must not grow an embedded store of its own.
+  std::optional<moon::Store> flag_store;
+  if (!j.moon->is_daemon()) {
+    auto st = moon::Store::open(req.home);
+    if (st) {
+      flag_store.emplace(std::move(*st));
+    } else {
+      d.notes.push_back("warning: flags: " + st.error().describe());
+    }
+  }
+  if (flag_store && req.client != nullptr) {
     // This command talks to the registry anyway: the flags queued for it go now.
     PublishOptions publish;
     publish.registry = req.pack.ref.registry;
     publish.client = req.client;
     for (auto& n : publish_queued_flags(req.home, publish)) d.notes.push_back(std::move(n));
-    for (auto& n : read_remote_flags(*j.store, *req.client, req.pack)) d.notes.push_back(std::move(n));
+    for (auto& n : read_remote_flags(*flag_store, *req.client, req.pack)) d.notes.push_back(std::move(n));
   }
-  if (req.use == GateUse::inspect) {
-    for (auto& l : remote_flag_lines(*j.store, req.pack)) d.lines.push_back(std::move(l));
-    d.flags = remote_flags_json(*j.store, req.pack);
-  } else if (auto s = record_remote_origin(*j.store, req.pack); !s) {
-    d.notes.push_back("warning: " + s.error().describe());
+  if (flag_store && req.use == GateUse::inspect) {
+    for (auto& l : remote_flag_lines(*flag_store, req.pack)) d.lines.push_back(std::move(l));
+    d.flags = remote_flags_json(*flag_store, req.pack);
+  } else if (flag_store) {
+    if (auto s = record_remote_origin(*flag_store, req.pack); !s) d.notes.push_back("warning: " + s.error().describe());
   }
 
   // ---- trust ----
