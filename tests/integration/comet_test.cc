@@ -463,7 +463,7 @@ TEST_F(CometTest, MissingUserNamespacesRefuseToStart) {
   // first layer and must refuse (125) naming it, never run the agent without it.
   if (::geteuid() != 0 || rootless_mode()) GTEST_SKIP() << "needs root to set up the restricted namespace";
   std::string cmd = "unshare -Ur sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec " +
-                    std::string(SOYAOS_BIN) + " run " + pack_.string() + " --out " +
+                    soyaos_binary() + " run " + pack_.string() + " --out " +
                     (dir_.path() / "out").string() + " -- write /workdir/out/ran' 2>&1; echo \"exit=$?\"";
   FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);

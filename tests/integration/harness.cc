@@ -30,6 +30,15 @@
 extern char** environ;
 
 namespace soyaos::testing {
+
+const std::string& soyaos_binary() {
+  static const std::string path = [] {
+    const char* override_bin = std::getenv("SOYAOS_TEST_BIN");
+    return std::string(override_bin != nullptr && *override_bin != '\0' ? override_bin : SOYAOS_BIN);
+  }();
+  return path;
+}
+
 namespace {
 
 void drain(int out_fd, int err_fd, std::string& out, std::string& err) {
@@ -65,9 +74,9 @@ std::string rootless_binary() {
     std::filesystem::permissions(dir, std::filesystem::perms(0755));
     // One copy per build (tests of different build trees may run at once); each test
     // process refreshes it through a private temporary name and an atomic rename.
-    std::string bin = dir + "/soyaos-" + std::to_string(std::hash<std::string>{}(SOYAOS_BIN));
+    std::string bin = dir + "/soyaos-" + std::to_string(std::hash<std::string>{}(soyaos_binary()));
     std::string tmp = bin + ".tmp." + std::to_string(::getpid());
-    std::filesystem::copy_file(SOYAOS_BIN, tmp, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(soyaos_binary(), tmp, std::filesystem::copy_options::overwrite_existing);
     std::filesystem::permissions(tmp, std::filesystem::perms(0755));
     std::filesystem::rename(tmp, bin);
     return bin;
@@ -122,6 +131,7 @@ class MoonDaemons {
     // ends, under the other thread's run. Only a daemon forked by the main thread gets it;
     // the others are stopped by ~MoonDaemons like every daemon.
     const bool main_thread = ::syscall(SYS_gettid) == ::getpid();
+    const char* bin = soyaos_binary().c_str();  // before fork: no lazy initialisation in the child
     pid_t pid = ::fork();
     if (pid < 0) return "";
     if (pid == 0) {
@@ -132,7 +142,7 @@ class MoonDaemons {
       ::dup2(devnull, STDERR_FILENO);
       ::setenv("SOYAOS_HOME", home.c_str(), 1);
       ::unsetenv("SOYAOS_MOON_SOCKET");
-      ::execl(SOYAOS_BIN, SOYAOS_BIN, "moon", "serve", static_cast<char*>(nullptr));
+      ::execl(bin, bin, "moon", "serve", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     for (int i = 0; i < 500; ++i) {
@@ -408,7 +418,7 @@ Command make_command(const std::vector<std::string>& args, const std::map<std::s
   if (rootless_mode()) {
     argv_strings = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
   }
-  const std::string bin = rootless_mode() ? rootless_binary() : std::string(SOYAOS_BIN);
+  const std::string bin = rootless_mode() ? rootless_binary() : soyaos_binary();
   if (via_terminal) {
     // script(1): a new session on a pseudo-terminal; its stdin is typed on that terminal,
     // so "\x03" there is a real Ctrl-C (the line discipline sends SIGINT to the

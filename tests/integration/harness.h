@@ -62,6 +62,10 @@ class Background {
 // setpriv, using a world-readable copy of the binary.
 bool rootless_mode();
 
+// The soyaos binary under test: $SOYAOS_TEST_BIN when set (scripts/sanitize.sh points the
+// suite's test programs at the ASan+UBSan build of soyaos), else the one built beside them.
+const std::string& soyaos_binary();
+
 // Absolute path of a file in the source tree ("examples/hello").
 std::filesystem::path source_path(const std::string& relative);
 

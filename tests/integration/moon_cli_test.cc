@@ -263,7 +263,7 @@ TEST_F(MoonCli, ScopeTailFollowPrintsNewEvents) {
   ASSERT_EQ(soyaos({"pack", "push", pack("hello-report")}).exit_code, 0);
   const fs::path out = tmp().path() / "tail.out";
   // tail -f in the background for 3 s; a push lands while it polls.
-  const std::string cmd = "SOYAOS_HOME='" + home() + "' timeout 3 '" + SOYAOS_BIN + "' scope tail -f -n 1 > '" +
+  const std::string cmd = "SOYAOS_HOME='" + home() + "' timeout 3 '" + soyaos_binary() + "' scope tail -f -n 1 > '" +
                           out.string() + "' 2>&1 &";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(700));

@@ -65,7 +65,7 @@ class Daemon {
       env.push_back(s);
     }
     env.push_back("SOYAOS_HOME=" + home);
-    std::vector<std::string> argv = {SOYAOS_BIN, "moon", "serve"};
+    std::vector<std::string> argv = {soyaos_binary(), "moon", "serve"};
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = ::fork();
     ASSERT_GE(pid_, 0);
