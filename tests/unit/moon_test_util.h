@@ -38,9 +38,16 @@ inline void write_file(const fs::path& p, const std::string& content) {
   f << content;
 }
 
+// One read of the whole file: the test programs are built at -O0, where an
+// istreambuf_iterator copy costs a few calls per byte (MegaByte blobs took minutes).
 inline std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  std::ifstream f(p, std::ios::binary | std::ios::ate);
+  if (!f) return {};
+  std::string data(static_cast<size_t>(f.tellg()), '\0');
+  f.seekg(0);
+  f.read(data.data(), static_cast<std::streamsize>(data.size()));
+  data.resize(static_cast<size_t>(f.gcount()));
+  return data;
 }
 
 inline std::string pack_manifest(const std::string& name, const std::string& version) {
