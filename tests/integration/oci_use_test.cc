@@ -227,7 +227,7 @@ RunOutput on_terminal(const std::vector<std::string>& args, const std::map<std::
     envs.push_back(s);
   }
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
-  std::vector<std::string> argv = {SOYAOS_BIN};
+  std::vector<std::string> argv = {soyaos_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> a, e;
   for (auto& s : argv) a.push_back(s.data());
