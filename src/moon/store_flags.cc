@@ -4,6 +4,7 @@
 // cli/remote_flags.cc.
 #include <sqlite3.h>
 
+#include <span>
 #include <string>
 #include <utility>
 
@@ -22,6 +23,26 @@ using detail::read_rows;
 using detail::step_done;
 using detail::Stmt;
 using detail::Txn;
+using json = nlohmann::ordered_json;
+
+FlagRecord flag_from(Stmt& st) {
+  FlagRecord f;
+  f.id = st.integer(0);
+  f.name = st.text(1);
+  f.version = st.text(2);
+  f.digest = st.text(3);
+  f.run_id = st.text(4);
+  f.violation = st.text(5);
+  f.flagged_at = st.text(6);
+  f.cleared = st.integer(7) != 0;
+  f.cleared_at = st.text(8);
+  f.cleared_by.uid = st.integer(9);
+  f.cleared_by.user = st.text(10);
+  f.cleared_reason = st.text(11);
+  f.origin = st.text(12);
+  f.active = !f.cleared;
+  return f;
+}
 
 RemoteOrigin origin_row(Stmt& st) {
   RemoteOrigin o;
@@ -54,6 +75,58 @@ QueuedFlag queued_row(Stmt& st) {
 }
 
 }  // namespace
+
+// ---- flags of this Moon (C8 (4)): raised by a violation, cleared by pack unflag ----
+
+Result<bool> Store::add_flag(const FlagRecord& f, const json& flagged_event) {
+  // Autocommit: the flag is durable before its event is written (flag first).
+  auto st = prepare(db_, path_,
+                    "INSERT OR IGNORE INTO flags (name, version, digest, run_id, violation, flagged_at, packs_seen, origin) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(id), 0) FROM packs), ?7)");
+  if (!st) return st.error();
+  st->bind(1, f.name).bind(2, f.version).bind(3, f.digest).bind(4, f.run_id).bind(5, f.violation);
+  st->bind(6, f.flagged_at.empty() ? scope::now_rfc3339() : f.flagged_at).bind(7, f.origin);
+  if (auto s = step_done(*st, db_, path_, "flag " + f.name + "@" + f.version); !s) return s.error();
+  if (sqlite3_changes(db_) == 0) return false;
+  if (auto s = append_events(std::span<const json>(&flagged_event, 1)); !s)
+    return make_error("flag " + f.name + "@" + f.version + " is stored, its pack_flagged event is not: " +
+                      s.error().describe());
+  return true;
+}
+
+Result<std::vector<FlagRecord>> Store::flags(const std::string& name, const std::string& version,
+                                             const std::string& digest) {
+  auto st = prepare(db_, path_,
+                    "SELECT id, name, version, digest, run_id, violation, flagged_at, cleared, "
+                    "COALESCE(cleared_at, ''), COALESCE(cleared_by_uid, -1), COALESCE(cleared_by_user, ''), "
+                    "COALESCE(cleared_reason, ''), origin FROM flags "
+                    "WHERE (name=?1 AND version=?2) OR (?3 <> '' AND digest=?3) ORDER BY id");
+  if (!st) return st.error();
+  st->bind(1, name).bind(2, version).bind(3, digest);
+  return read_rows(*st, flag_from, db_, path_, "read flags of " + name + "@" + version);
+}
+
+Result<int> Store::clear_flags(const std::string& name, const std::string& version, const std::string& digest,
+                               const Actor& actor, const std::string& reason, json unflagged_event) {
+  Txn txn(db_, path_, exec, "begin a transaction", "commit");
+  if (auto s = txn.begin(); !s) return s.error();
+  auto st = prepare(db_, path_,
+                    "UPDATE flags SET cleared=1, cleared_at=?4, cleared_by_uid=?5, cleared_by_user=?6, "
+                    "cleared_reason=?7 WHERE ((name=?1 AND version=?2) OR (?3 <> '' AND digest=?3)) AND cleared=0");
+  if (!st) return st.error();
+  st->bind(1, name).bind(2, version).bind(3, digest).bind(4, scope::now_rfc3339());
+  st->bind(5, actor.uid).bind(6, actor.user).bind(7, reason);
+  if (auto s = step_done(*st, db_, path_, "unflag " + name + "@" + version); !s) return s.error();
+  const int n = sqlite3_changes(db_);
+  if (n > 0) {
+    unflagged_event["data"]["cleared"] = n;
+    if (auto s = append_events(std::span<const json>(&unflagged_event, 1)); !s) return s.error();
+  }
+  if (auto s = txn.commit(); !s) return s.error();
+  if (auto s = flush_head(); !s) return s.error();
+  return n;
+}
+
 
 Status Store::add_remote_origin(const RemoteOrigin& o) {
   auto st = prepare(db_, path_,
