@@ -1,9 +1,13 @@
 // Flags that travel between hosts (remote_flags.h; SPEC.md C12, C8 (4)). The referrer's
 // blob (application/vnd.soyaos.flag.v1+json) is a small JSON object:
 //   {"digest": image manifest digest, "pack": "NAME@VERSION", "name", "version",
-//    "reason": {"surface", "resource"}, "run_id", "flagged_at", "moon": the flagging Moon's
-//    key id or null}
-// and nothing else: no path outside the violation's resource, no secret, no host name.
+//    "reason": {"surface", "resource": "sha256:" + hex digest of the violation's resource},
+//    "run_id", "flagged_at", "moon": the flagging Moon's key id or null}
+// and nothing else: no secret, no host name, and no byte the agent chose. The resource (a
+// path or a name the agent picked, up to 1 KiB) is published as its digest only: a flag goes
+// to the pack's own registry, which its author may control, so its text would be a channel
+// out of a Comet with no egress at all. Whether a flag is published at all, and its surface,
+// stay visible to the registry (a few bits per run; docs/registry.md).
 // A reader trusts none of it: every field is checked, and a flag is only ever a warning.
 #include "cli/remote_flags.h"
 
@@ -13,6 +17,7 @@
 #include <optional>
 #include <string_view>
 
+#include "common/digest.h"
 #include "common/text.h"
 #include "moon/chain.h"
 #include "moon/consent.h"
@@ -208,9 +213,7 @@ std::vector<std::string> queue_run_flags(const fs::path& home, const std::string
   if (origins->empty()) return notes;
   std::string moon_id;
   if (auto key = moon::chain::MoonKey::load_public(home); key && *key) moon_id = (*key)->id();
-  std::string res = valid_utf8(resource);
-  if (res.size() > kMaxResourceBytes) res.resize(kMaxResourceBytes);
-  while (!res.empty() && !is_valid_utf8(res)) res.pop_back();  // cut inside a character
+  const std::string res = "sha256:" + sha256_hex(resource);
   for (const auto& o : *origins) {
     json body = {{"digest", o.manifest_digest},
                  {"pack", o.name + "@" + o.version},
@@ -258,8 +261,8 @@ std::vector<std::string> publish_queued_flags(const fs::path& home, const Publis
       auto opts = oci::options_for(home, registry);
       if (opts && o.quick) {
         opts->max_attempts = 1;
-        opts->transport.connect_timeout_seconds = 3;
-        opts->transport.stall_seconds = 5;
+        opts->transport.connect_timeout_seconds = 1;
+        opts->transport.stall_seconds = 2;
       }
       if (!opts) {
         open_error = opts.error().describe();

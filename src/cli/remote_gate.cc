@@ -188,31 +188,37 @@ GateDecision remote_pack_gate(const GateRequest& req) {
   if (!j.error.empty()) return fail(j.error);
 
   // ---- flags (remote_flags.h): only ever warnings, never a refusal ----
+  // Only once the pack has passed the trust and consent checks (or, for inspect, its
+  // signature verified where a trust scope asks for one): a registry whose pack is refused
+  // is neither sent this host's queued flags nor recorded as an origin that later
+  // violations are published to, and its flags are not recorded here.
   // Embedded Moon only: a client of a Moon daemon neither publishes nor reads flags yet
   // (docs/registry.md "Flags travel"), and must not grow an embedded store of its own.
-  std::optional<moon::Store> flag_store;
-  if (!j.moon->is_daemon()) {
-    auto st = moon::Store::open(req.home);
-    if (st) {
-      flag_store.emplace(std::move(*st));
-    } else {
-      d.notes.push_back("warning: flags: " + st.error().describe());
+  auto apply_flags = [&] {
+    std::optional<moon::Store> flag_store;
+    if (!j.moon->is_daemon()) {
+      auto st = moon::Store::open(req.home);
+      if (st) {
+        flag_store.emplace(std::move(*st));
+      } else {
+        d.notes.push_back("warning: flags: " + st.error().describe());
+      }
     }
-  }
-  if (flag_store && req.client != nullptr) {
-    // This command talks to the registry anyway: the flags queued for it go now.
-    PublishOptions publish;
-    publish.registry = req.pack.ref.registry;
-    publish.client = req.client;
-    for (auto& n : publish_queued_flags(req.home, publish)) d.notes.push_back(std::move(n));
-    for (auto& n : read_remote_flags(*flag_store, *req.client, req.pack)) d.notes.push_back(std::move(n));
-  }
-  if (flag_store && req.use == GateUse::inspect) {
-    for (auto& l : remote_flag_lines(*flag_store, req.pack)) d.lines.push_back(std::move(l));
-    d.flags = remote_flags_json(*flag_store, req.pack);
-  } else if (flag_store) {
-    if (auto s = record_remote_origin(*flag_store, req.pack); !s) d.notes.push_back("warning: " + s.error().describe());
-  }
+    if (flag_store && req.client != nullptr) {
+      // This command talks to the registry anyway: the flags queued for it go now.
+      PublishOptions publish;
+      publish.registry = req.pack.ref.registry;
+      publish.client = req.client;
+      for (auto& n : publish_queued_flags(req.home, publish)) d.notes.push_back(std::move(n));
+      for (auto& n : read_remote_flags(*flag_store, *req.client, req.pack)) d.notes.push_back(std::move(n));
+    }
+    if (flag_store && req.use == GateUse::inspect) {
+      for (auto& l : remote_flag_lines(*flag_store, req.pack)) d.lines.push_back(std::move(l));
+      d.flags = remote_flags_json(*flag_store, req.pack);
+    } else if (flag_store) {
+      if (auto s = record_remote_origin(*flag_store, req.pack); !s) d.notes.push_back("warning: " + s.error().describe());
+    }
+  };
 
   // ---- trust ----
   std::string fetch_error;
@@ -244,9 +250,13 @@ GateDecision remote_pack_gate(const GateRequest& req) {
                           (r.by.user.empty() ? "uid " + std::to_string(r.by.uid) : r.by.user) + " (" + r.repository + ")");
       }
     }
+    if (trust.ok) apply_flags();
     return d;
   }
-  if (!c->needs_approval()) return d;
+  if (!c->needs_approval()) {
+    apply_flags();
+    return d;
+  }
   const std::string why = c->state == moon::ConsentState::first_version
                               ? "the first version of " + j.repository + " this Moon sees"
                               : "wider than the approved " + c->last->reference;
@@ -268,6 +278,7 @@ GateDecision remote_pack_gate(const GateRequest& req) {
       !s)
     return fail(s.error().describe());
   d.notes.push_back("approved: " + j.reference + " (" + why + ")");
+  apply_flags();
   return d;
 }
 

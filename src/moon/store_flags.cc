@@ -154,7 +154,9 @@ Result<Store::Queued> Store::queue_flag(const QueuedFlag& q) {
   auto count = prepare(db_, path_, "SELECT COUNT(*) FROM flag_outbox WHERE published_at IS NULL");
   if (!count) return count.error();
   if (count->step() != SQLITE_ROW) return db_error(db_, path_, "count the queued flags");
-  if (count->integer(0) >= kMaxQueuedFlags) return Queued::full;
+  const bool full = count->integer(0) >= kMaxQueuedFlags;
+  count->reset();  // no statement may stay at a row through COMMIT (the WAL hook's checkpoint)
+  if (full) return Queued::full;
   auto st = prepare(db_, path_,
                     "INSERT OR IGNORE INTO flag_outbox (registry, repository, manifest_digest, manifest_size, run_id, "
                     "body, queued_at) VALUES (?1,?2,?3,?4,?5,?6,?7)");

@@ -134,7 +134,12 @@ TEST_F(OciFlags, OciRunFlagSetOnHostAIsSeenOnHostB) {
   EXPECT_EQ(bodies[0]["digest"], digest);
   EXPECT_EQ(bodies[0]["pack"], "comet-probe@0.1.0");
   EXPECT_EQ(bodies[0]["reason"]["surface"], "fs");
-  EXPECT_EQ(bodies[0]["reason"]["resource"], "/etc/shadow");
+  // The resource is published as its digest only, never as text the agent chose (a flag
+  // goes to the pack's own registry: its text would be a channel out of the Comet).
+  // sha256("/etc/shadow"):
+  const std::string shadow_digest = "sha256:7b5ddf499844cf05866927513cf62fee9af8c281812def040b964146b0ea87d6";
+  EXPECT_EQ(bodies[0]["reason"]["resource"], shadow_digest);
+  EXPECT_EQ(bodies[0].dump().find("shadow"), std::string::npos) << bodies[0];
   EXPECT_EQ(bodies[0]["moon"].get<std::string>().rfind("ed25519:", 0), 0u) << bodies[0];
   EXPECT_FALSE(bodies[0]["run_id"].get<std::string>().empty());
 
@@ -144,14 +149,14 @@ TEST_F(OciFlags, OciRunFlagSetOnHostAIsSeenOnHostB) {
   EXPECT_NE(inspect.out.find("flagged:      yes"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("flagged on " + reg_.address() + "/team/probe by moon ed25519:"), std::string::npos)
       << inspect.out;
-  EXPECT_NE(inspect.out.find("fs /etc/shadow"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("fs " + shadow_digest), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.err.find("warning: comet-probe@0.1.0 is flagged on"), std::string::npos) << inspect.err;
   auto as_json = soyaos("b", {"pack", "inspect", r, "--format", "json"});
   ASSERT_EQ(as_json.exit_code, 0) << as_json.err;
   const json doc = json::parse(as_json.out);
   EXPECT_EQ(doc["flagged"], true);
   ASSERT_EQ(doc["flags"].size(), 1u);
-  EXPECT_EQ(doc["flags"][0]["violation"]["resource"], "/etc/shadow");
+  EXPECT_EQ(doc["flags"][0]["violation"]["resource"], shadow_digest);
 
   // Its runs warn and emit pack_flagged (a warning, never a refusal: SPEC C8 (4)).
   ASSERT_EQ(soyaos("b", {"pack", "approve", r}).exit_code, 0);
