@@ -317,7 +317,7 @@ Result<std::string> inspect_consent(moon::MoonBackend& moon, const std::string& 
   if (!sigs->empty()) {
     out += "signatures:\n";
     for (const auto& r : *sigs)
-      out += "  " + r.key_id + "  " + r.added_at + "  by " + escape_for_terminal(who(r.by)) + "\n";
+      out += "  " + escape_for_terminal(r.key_id) + "  " + escape_for_terminal(r.added_at) + "  by " + escape_for_terminal(who(r.by)) + "\n";
   }
   if (!approvals->empty()) {
     out += "approvals:\n";

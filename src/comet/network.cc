@@ -586,8 +586,11 @@ Result<UniqueFd> hold_netfilter_hooks() {
   char status = 1;
   const bool told = ::read(ready_r.get(), &status, 1) == 1;
   UniqueFd ns;
-  if (told && status == 0) ns.reset(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
-  const int open_errno = errno;
+  int open_errno = 0;
+  if (told && status == 0) {
+    ns.reset(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns) open_errno = errno;
+  }
   release_w.reset();
   int wstatus = 0;
   while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {

@@ -273,6 +273,10 @@ class Builder {
     const bool write = a.access == "write";
     const std::string& path = a.resource;
     const char* verb = write ? "write" : "read";
+    if (manifest::is_normalised_absolute(path) && !is_valid_utf8(path)) {
+      refuse("fs", a.access, verb, "the path is not valid UTF-8, which soyapack.yaml cannot hold", path, n);
+      return;
+    }
     if (!manifest::is_normalised_absolute(path)) {
       refuse("fs", a.access, verb,
              "the Comet could not name the path (a descriptor or an unresolvable directory), so no entry can be "
