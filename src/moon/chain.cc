@@ -370,7 +370,9 @@ Status write_head(const fs::path& home, const Checkpoint& cp) {
   }
   // Two writers may finish out of order: the head only moves forward. A head that does
   // not parse is replaced (moon check reports a bad head before that happens).
-  if (auto current = read_head(home); current && *current && (*current)->seq >= cp.seq) return {};
+  auto current = read_head(home);
+  if (current && *current && (*current)->seq >= cp.seq) return {};
+  const bool first_head = current && !*current;  // no head file yet
   nlohmann::ordered_json j = {{"format", kHeadFormat}, {"seq", cp.seq},       {"hash", cp.hash},
                               {"time", cp.time},       {"key_id", cp.key_id}, {"signature", cp.signature}};
   auto tmp = write_temp(home, "scope.head", j.dump() + "\n", 0644);
@@ -381,11 +383,16 @@ Status write_head(const fs::path& home, const Checkpoint& cp) {
     (void)::unlink(tmp->c_str());
     return e;
   }
-  // No directory fsync (issue #16: one fsync pair per run was the head's): rename() swaps
-  // the name atomically, so after a crash the head is the new one or the previous one,
-  // both complete (each was fsynced before its rename). A previous head only names an
-  // earlier end of the chain, which moon check accepts; the store's own commits are
-  // durable regardless (E4).
+  // No directory fsync once a head exists (issue #16: one fsync pair per run was the
+  // head's): rename() swaps the name atomically, so after a crash the head is the new one or
+  // the previous one, both complete (each was fsynced before its rename). A previous head
+  // only names an earlier end of the chain, which moon check accepts; the store's own
+  // commits are durable regardless (E4). The first head of a home is synced into its
+  // directory: lost in a crash while the events survive, moon check would report the head
+  // missing, a false alarm of deletion.
+  if (first_head) {
+    if (auto s = fsync_dir(home); !s) return s.error();
+  }
   return {};
 }
 
