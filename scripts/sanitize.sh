@@ -23,6 +23,8 @@ cmake --build build-asan -j2 --target soyaos unit_tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 ctest --test-dir build-asan --output-on-failure -j2 -L unit "$@" || status=1
-SOYAOS_TEST_BIN="$PWD/build-asan/src/cli/soyaos" \
+sanitized_soyaos="$PWD/build-asan/soyaos"
+[[ -x "$sanitized_soyaos" ]] || { echo "sanitize: $sanitized_soyaos was not built" >&2; exit 1; }
+SOYAOS_TEST_BIN="$sanitized_soyaos" \
   ctest --test-dir build --output-on-failure -j2 -L 'integration|escape' -LE 'rootless|daemon|compat' "$@" || status=1
 exit $status
