@@ -25,6 +25,6 @@ status=0
 ctest --test-dir build-asan --output-on-failure -j2 -L unit "$@" || status=1
 sanitized_soyaos="$PWD/build-asan/soyaos"
 [[ -x "$sanitized_soyaos" ]] || { echo "sanitize: $sanitized_soyaos was not built" >&2; exit 1; }
-SOYAOS_TEST_BIN="$sanitized_soyaos" \
+SOYAOS_TEST_BIN="$sanitized_soyaos" SOYAOS_TEST_SANITIZED=1 \
   ctest --test-dir build --output-on-failure -j2 -L 'integration|escape' -LE 'rootless|daemon|compat' "$@" || status=1
 exit $status

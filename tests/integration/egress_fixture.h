@@ -115,11 +115,7 @@ inline bool same_port(const json& j, int port) {
 // The supervisor's peak RSS bound in the bad-input tests. Under AddressSanitizer the
 // allocator's quarantine and shadow memory alone exceed it (measured ~160 MiB), so the
 // sanitized build gets its own bound.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr long kSupervisorRssBoundKib = 320 * 1024;
-#else
-inline constexpr long kSupervisorRssBoundKib = 64 * 1024;
-#endif
+inline long supervisor_rss_bound_kib() { return soyaos_sanitized() ? 320 * 1024 : 64 * 1024; }
 
 class EgressTest : public ::testing::Test {
  protected:

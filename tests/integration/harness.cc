@@ -39,6 +39,15 @@ const std::string& soyaos_binary() {
   return path;
 }
 
+bool soyaos_sanitized() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#else
+  const char* v = std::getenv("SOYAOS_TEST_SANITIZED");
+  return v != nullptr && std::string(v) == "1";
+#endif
+}
+
 namespace {
 
 void drain(int out_fd, int err_fd, std::string& out, std::string& err) {

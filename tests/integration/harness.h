@@ -66,6 +66,12 @@ bool rootless_mode();
 // suite's test programs at the ASan+UBSan build of soyaos), else the one built beside them.
 const std::string& soyaos_binary();
 
+// True when the soyaos under test is built with AddressSanitizer: this test program is
+// (the ASan build's own suites), or scripts/sanitize.sh points the normal build's programs
+// at the sanitized binary (SOYAOS_TEST_SANITIZED=1 beside SOYAOS_TEST_BIN). Bounds that
+// measure soyaos's memory or CPU do not hold under ASan and are relaxed by it.
+bool soyaos_sanitized();
+
 // Absolute path of a file in the source tree ("examples/hello").
 std::filesystem::path source_path(const std::string& relative);
 
