@@ -1,11 +1,14 @@
 // libFuzzer target for the textual manifest editor (`pack learn --write`, manifest_edit.h).
 // Input: a soyapack.yaml text, optionally followed by a NUL and the added items, one per
-// line ("e HOST PORT PROTOCOL", "r PATH", "w PATH"; none given: one of each). Whatever the
-// text, edit_manifest must not crash, throw or hang, and when it succeeds:
+// line ("e HOST PORT PROTOCOL", "r PATH", "w PATH", "v KEY.PATH VALUE": a value replaced in
+// place; none given: one of each, the tier replaced). Whatever the text, edit_manifest must
+// not crash, throw or hang, and when it succeeds:
 //   - the result parses as a manifest holding every added entry and every original one;
+//   - every replaced value reads back as given;
 //   - every full-line comment of the original is still there, in the same order;
 //   - the top-level keys keep their order (a missing `capabilities` may only be appended);
-//   - the diff only adds lines, except the lines of flow collections rewritten in block style.
+//   - the diff only adds lines, except the lines of flow collections rewritten in block style
+//     and at most one line per replaced value.
 // Invariant violations trap.
 #include <cstddef>
 #include <cstdint>
@@ -53,12 +56,42 @@ std::vector<std::string> top_keys(std::string_view text) {
 struct Wanted {
   std::vector<EgressEntry> egress;
   std::vector<std::string> read, write;
+  std::vector<ReplacedValue> values;
 };
+
+std::vector<std::string> split_path(const std::string& dotted) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= dotted.size()) {
+    size_t dot = dotted.find('.', start);
+    if (dot == std::string::npos) dot = dotted.size();
+    out.push_back(dotted.substr(start, dot - start));
+    start = dot + 1;
+  }
+  return out;
+}
+
+// Whether the scalar at `r.path` of `text`, parsed again, is `r.value`.
+bool reads_back(std::string_view text, const ReplacedValue& r) {
+  auto parsed = detail::parse_yaml(text, "fuzz/soyapack.yaml");
+  if (!parsed.root) return false;
+  const detail::YNode* n = &*parsed.root;
+  for (const auto& k : r.path) {
+    if (n->kind != detail::YNode::Kind::mapping) return false;
+    const detail::YNode* next = nullptr;
+    for (size_t i = 0; i < n->map_size() && next == nullptr; ++i) {
+      if (n->key(i).kind == detail::YNode::Kind::scalar && n->key(i).value == k) next = &n->val(i);
+    }
+    if (next == nullptr) return false;
+    n = next;
+  }
+  return n->kind == detail::YNode::Kind::scalar && n->value == r.value;
+}
 
 // The items to add, from the text after the NUL.
 ManifestAdditions additions(std::string_view spec, Wanted& want) {
   ManifestAdditions add;
-  if (spec.empty()) spec = "e a.test 443 https\nr /srv/data\nw /tmp/x";
+  if (spec.empty()) spec = "e a.test 443 https\nr /srv/data\nw /tmp/x\nv capabilities.determinism_tier side-effect";
   size_t n = 0;
   for (const auto& line : lines_of(spec)) {
     if (n++ == kMaxItems || line.size() < 3 || line[1] != ' ') continue;
@@ -82,6 +115,12 @@ ManifestAdditions additions(std::string_view spec, Wanted& want) {
                                 to_string(e.protocol) + "}",
                             "fuzz: " + rest});
       want.egress.push_back(e);
+    } else if (line[0] == 'v') {
+      const size_t sp = rest.find(' ');
+      if (sp == std::string::npos) continue;
+      ReplacedValue r{split_path(rest.substr(0, sp)), rest.substr(sp + 1), "fuzz: " + rest};
+      add.values.push_back(r);
+      want.values.push_back(r);
     } else if (line[0] == 'r' || line[0] == 'w') {
       (line[0] == 'r' ? add.fs_read : add.fs_write).push_back({yaml_scalar(rest), "fuzz: " + line});
       (line[0] == 'r' ? want.read : want.write).push_back(rest);
@@ -132,6 +171,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& p : want.write) {
     if (!has_path(caps.fs_write, p)) __builtin_trap();
   }
+  for (const auto& r : want.values) {
+    if (!reads_back(edit->text, r)) __builtin_trap();
+  }
   // ... and the original ones, when the original was a manifest.
   const LoadResult original = parse_manifest(text, "fuzz/soyapack.yaml");
   if (original.manifest) {
@@ -165,12 +207,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (after.size() == before.size() + 1 && after.back() == "capabilities") after.pop_back();
   if (before != after) __builtin_trap();
 
-  // The diff removes only lines that held a flow collection (`[` or `{`).
+  // The diff removes only lines that held a flow collection (`[` or `{`), and one line per
+  // replaced value.
+  size_t removed = 0;
   for (const auto& line : lines_of(edit->diff)) {
     if (line.size() >= 1 && line[0] == '-' && line.rfind("--- ", 0) != 0 &&
         line.find_first_of("[{") == std::string::npos) {
-      __builtin_trap();
+      ++removed;
     }
   }
+  if (removed > add.values.size()) __builtin_trap();
   return 0;
 }

@@ -9,8 +9,10 @@
 // bytes of undeclared connections (nothing reaches the host). The next round runs with the
 // fs entries learned so far (and, with --allow-network, the egress entries: then relayed for
 // real), so the agent gets further. Rounds stop when one adds nothing, or after
-// --max-rounds (default 5). Output: a unified diff against soyapack.yaml with a comment on
-// each added line (stdout), the rounds and what cannot be granted (stderr); --write edits
+// --max-rounds (default 5). The tier is then proposed by lint's rule for the learned
+// manifest (lint::propose_tier: narrower when less is needed, wider only when lint refuses
+// it at the declared tier). Output: a unified diff against soyapack.yaml with a comment on
+// each added or changed line (stdout), the rounds and what cannot be granted (stderr); --write edits
 // the file in place (a textual edit: comments and key order kept).
 // With --unused it answers the opposite question instead — which declared grants no run
 // used (pack_unused.h). The runs themselves are made as `pack test` makes them (pack_runs.h).
@@ -26,6 +28,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -39,6 +42,7 @@
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
 #include "common/text.h"
+#include "lint/lint.h"
 #include "manifest/manifest.h"
 #include "manifest/manifest_edit.h"
 #include "moon/store.h"
@@ -101,15 +105,23 @@ Status write_text(const fs::path& file, const std::string& text) {
   return {};
 }
 
-manifest::ManifestAdditions additions(const policy::Proposal& p) {
+// The tier line's comment: what it was and which lint rule decided.
+std::string tier_comment(const lint::TierChange& t) {
+  return std::string("learned (was ") + manifest::to_string(t.from) + "): " + t.why;
+}
+
+manifest::ManifestAdditions additions(const policy::Proposal& p, const std::optional<lint::TierChange>& tier) {
   manifest::ManifestAdditions add;
+  if (tier) {
+    add.values.push_back({{"capabilities", "determinism_tier"}, manifest::to_string(tier->to), tier_comment(*tier)});
+  }
   for (const auto& e : p.egress) add.egress.push_back({policy::egress_yaml(e.entry), "learned from " + e.why});
   for (const auto& r : p.fs_read) add.fs_read.push_back({manifest::yaml_scalar(r.path), "learned from " + r.why});
   for (const auto& w : p.fs_write) add.fs_write.push_back({manifest::yaml_scalar(w.path), "learned from " + w.why});
   return add;
 }
 
-Json proposal_json(const policy::Proposal& p) {
+Json proposal_json(const policy::Proposal& p, const std::optional<lint::TierChange>& tier) {
   Json egress = Json::array(), reads = Json::array(), writes = Json::array();
   for (const auto& e : p.egress) {
     egress.push_back({{"host", e.entry.host},
@@ -124,8 +136,16 @@ Json proposal_json(const policy::Proposal& p) {
     for (const auto& s : v) a.push_back(valid_utf8(s));
     return a;
   };
+  Json tier_json = nullptr;
+  if (tier) {
+    tier_json = {{"from", manifest::to_string(tier->from)},
+                 {"to", manifest::to_string(tier->to)},
+                 {"rule", tier->rule},
+                 {"why", valid_utf8(tier->why)}};
+  }
   return {{"egress", egress},
           {"fs", {{"read", reads}, {"write", writes}}},
+          {"tier", tier_json},
           {"not_grantable", list(p.not_grantable)},
           {"names_only", list(p.names_only)},
           {"notes", list(p.notes)},
@@ -290,10 +310,16 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
     }
   }
 
+  // The tier lint would require of the learned manifest (lint's rule set decides, lint.h):
+  // narrower when it needs less, wider only when lint refuses it at the declared tier.
+  manifest::Manifest learned = m;
+  policy::apply_proposal(learned, current, /*network=*/true);
+  const std::optional<lint::TierChange> tier = lint::propose_tier(learned);
+
   // The proposal as an edit of soyapack.yaml.
   std::string diff, edit_error;
   bool written = false;
-  const auto add = additions(current);
+  const auto add = additions(current, tier);
   if (!add.empty()) {
     auto edit = manifest::edit_manifest(*original, add, "soyapack.yaml");
     if (!edit) {
@@ -319,13 +345,17 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
       for (const auto& e : add.egress) err += "  capabilities.egress: - " + e.yaml + "\n";
       for (const auto& r : add.fs_read) err += "  capabilities.fs.read: - " + shown(r.yaml) + "\n";
       for (const auto& w : add.fs_write) err += "  capabilities.fs.write: - " + shown(w.yaml) + "\n";
+      if (tier) {
+        err += "  capabilities.determinism_tier: " + std::string(manifest::to_string(tier->to)) + "  (" +
+               shown(tier_comment(*tier)) + ")\n";
+      }
     }
     if (written) err += "wrote " + manifest_file.string() + "\n";
     else if (!diff.empty()) err += "(not written: add --write to apply it)\n";
     std::fputs(err.c_str(), stderr);
   } else {
     Json doc = {{"pack", m.name},          {"version", m.version},          {"rounds", rounds},
-                {"stopped", stopped},      {"proposal", proposal_json(current)}, {"diff", valid_utf8(diff)},
+                {"stopped", stopped},      {"proposal", proposal_json(current, tier)}, {"diff", valid_utf8(diff)},
                 {"written", written},      {"run_notes", run_notes}};
     if (!edit_error.empty()) doc["edit_error"] = edit_error;
     if (!print_out(doc.dump() + "\n")) return 1;

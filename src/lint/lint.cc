@@ -482,19 +482,11 @@ class Linter {
     fs(caps.fs_write, write_ex, write_paired_, true);
   }
 
-  // SP114 / SP115: the tier the pack needs against the one it declares.
+  // SP114 / SP115: the tier the pack needs (needed_tier(), the rule `pack learn` proposes
+  // by too) against the one it declares.
   void report_tier() {
     const auto& caps = m_.capabilities;
-    // builtin.llm has no side effect (M3): a read-only pack may call a model; its cached
-    // result replays one answer (C10), which the cache_hit event states.
-    bool side_effect = false;
-    for (const Tool& t : m_.tools) side_effect = side_effect || has_side_effect(t);
-    for (const FsPath& p : caps.fs_write) {
-      side_effect = side_effect || !(manifest::path_covers(std::string(kOut), p.path) || manifest::is_private_scratch(p.path));
-    }
-    Tier needed = caps.egress_any                         ? Tier::unrestricted
-                  : side_effect                           ? Tier::side_effect
-                                                          : Tier::read_only;
+    const Tier needed = needed_tier(m_).tier;
     const std::string tier_node = "capabilities.determinism_tier";
     Mark mark = or_mark(caps.tier_mark, Mark{});
     if (static_cast<int>(caps.tier) > static_cast<int>(needed)) {
@@ -532,5 +524,49 @@ class Linter {
 }  // namespace
 
 std::vector<Finding> lint(const Manifest& m, const LintOptions& options) { return Linter(m, options).run(); }
+
+TierNeed needed_tier(const Manifest& m) {
+  const auto& caps = m.capabilities;
+  if (caps.egress_any) return {Tier::unrestricted, "capabilities.egress is \"*\""};
+  // builtin.llm has no side effect (M3): a read-only pack may call a model; its cached
+  // result replays one answer (C10), which the cache_hit event states.
+  for (const Tool& t : m.tools) {
+    if (has_side_effect(t)) {
+      return {Tier::side_effect, fmt::format("tools.{} ({}) has a side effect", t.name, manifest::to_string(t.kind))};
+    }
+  }
+  for (const FsPath& p : caps.fs_write) {
+    if (!manifest::path_covers(std::string(kOut), p.path) && !manifest::is_private_scratch(p.path)) {
+      return {Tier::side_effect,
+              fmt::format("{} `{}` is outside /workdir/out and not private scratch", p.key_path, p.path)};
+    }
+  }
+  return {Tier::read_only, "no tool has a side effect and every fs.write path is /workdir/out or private scratch"};
+}
+
+std::optional<TierChange> propose_tier(const Manifest& learned) {
+  const Tier declared = learned.capabilities.tier;
+  const TierNeed need = needed_tier(learned);
+  if (need.tier == declared) return std::nullopt;
+  auto rule_name = [](std::string_view id) {
+    const RuleInfo* r = find_rule(id);
+    return r != nullptr ? std::string(r->name) : std::string();
+  };
+  if (static_cast<int>(need.tier) < static_cast<int>(declared)) {
+    const std::string because = declared == Tier::unrestricted
+                                    ? "capabilities.egress is not \"*\"; " + need.because
+                                    : need.because;
+    return TierChange{declared, need.tier, "SP114", fmt::format("SP114 {}: {}", rule_name("SP114"), because)};
+  }
+  // Wider only when lint refuses the manifest at its declared tier (not under --strict:
+  // SP115 alone is the strict report of the same mismatch, never a reason by itself).
+  for (const Finding& f : lint(learned)) {
+    if (f.severity == Severity::error && (f.rule_id == "SP107" || f.rule_id == "SP108")) {
+      return TierChange{declared, need.tier, f.rule_id,
+                        fmt::format("{} {}: {}", f.rule_id, rule_name(f.rule_id), need.because)};
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace soyaos::lint

@@ -46,6 +46,32 @@ struct Finding {
 // confirmed with manifest::host_matches / path_covers, the functions enforcement uses.
 std::vector<Finding> lint(const manifest::Manifest& m, const LintOptions& options = {});
 
+// The tier a manifest needs, by the rule of SP114 / SP115 (one rule set: lint reports it,
+// `pack learn` proposes it): unrestricted with egress "*"; else side-effect with a tool
+// that has a side effect (M3) or an fs.write path outside /workdir/out that is not private
+// scratch; else read-only. `because` names what decided it ("tools.notify (builtin.http_post)
+// has a side effect", "capabilities.fs.write[1] `/workdir/cache` is outside /workdir/out and
+// not private scratch", "no tool has a side effect and ..." for read-only).
+struct TierNeed {
+  manifest::Tier tier = manifest::Tier::read_only;
+  std::string because;
+};
+TierNeed needed_tier(const manifest::Manifest& m);
+
+// What `soyaos pack learn` proposes for determinism_tier once it has learned `learned`
+// (the manifest with the learned entries added, its tier still the declared one):
+//   - narrower when needed_tier() is narrower than the declared tier (SP114's finding);
+//   - wider only when lint refuses `learned` at the declared tier (an SP107 / SP108 error),
+//     to the tier needed_tier() names;
+//   - nullopt otherwise (the declared tier is the needed one, or it is stricter than needed
+//     without lint refusing it: never loosened on a guess).
+struct TierChange {
+  manifest::Tier from = manifest::Tier::read_only, to = manifest::Tier::read_only;
+  std::string rule;  // "SP114", "SP107", "SP108"
+  std::string why;   // one line: the rule's name and what decided it
+};
+std::optional<TierChange> propose_tier(const manifest::Manifest& learned);
+
 // SP121's heuristics (docs/lint-rules.md): why `text` looks like a credential ("an
 // Anthropic API key (sk-ant-...)", "a high-entropy token ..."), or nullopt. Known key
 // prefixes at a word boundary with a long enough tail, PEM private keys, JSON Web Tokens,

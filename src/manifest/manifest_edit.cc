@@ -235,6 +235,116 @@ Result<bool> step(std::vector<Line>& doc, const std::vector<std::string>& path, 
   return make_error("unreachable", EINVAL);
 }
 
+// The end (exclusive) of the scalar starting at byte `at` of `s`, on this line; npos when
+// it does not end on it (a quoted scalar continued below). A plain scalar (block context:
+// the caller has rewritten flow collections) ends at ` #` or the end of the line, trailing
+// blanks excluded; one continued on the next lines is caught by the check after the edit.
+size_t scalar_end(const std::string& s, size_t at) {
+  if (at >= s.size()) return std::string::npos;
+  const char q = s[at];
+  if (q == '"' || q == '\'') {
+    for (size_t i = at + 1; i < s.size(); ++i) {
+      if (q == '"' && s[i] == '\\') {
+        ++i;
+      } else if (s[i] == q) {
+        if (q == '\'' && i + 1 < s.size() && s[i + 1] == '\'') {
+          ++i;
+          continue;
+        }
+        return i + 1;
+      }
+    }
+    return std::string::npos;
+  }
+  size_t end = s.size();
+  for (size_t i = at + 1; i < s.size(); ++i) {
+    if (s[i] == '#' && (s[i - 1] == ' ' || s[i - 1] == '\t')) {
+      end = i;
+      break;
+    }
+  }
+  while (end > at && (s[end - 1] == ' ' || s[end - 1] == '\t')) --end;
+  return end;
+}
+
+std::string dotted(const std::vector<std::string>& path) {
+  std::string out;
+  for (const auto& k : path) out += (out.empty() ? "" : ".") + k;
+  return out;
+}
+
+// The scalar at `path` in `text`, or nullopt when there is none.
+std::optional<std::string> scalar_at(const std::string& text, const std::vector<std::string>& path) {
+  auto parsed = detail::parse_yaml(text, "soyapack.yaml");
+  if (!parsed.root) return std::nullopt;
+  const YNode* n = &*parsed.root;
+  for (const auto& k : path) {
+    n = value_of(*n, k);
+    if (n == nullptr) return std::nullopt;
+  }
+  if (n->kind != YNode::Kind::scalar) return std::nullopt;
+  return n->value;
+}
+
+// One step towards replacing the value at `r.path`: true when replaced, false when a flow
+// mapping on the way was rewritten and the document must be parsed again.
+Result<bool> replace_step(std::vector<Line>& doc, const ReplacedValue& r) {
+  auto parsed = detail::parse_yaml(join(doc), "soyapack.yaml");
+  if (!parsed.root || parsed.root->kind != YNode::Kind::mapping || is_flow(doc, *parsed.root)) {
+    return make_error("the manifest's layout could not be edited", EINVAL);
+  }
+  const YNode* map = &*parsed.root;
+  for (size_t depth = 0; depth < r.path.size(); ++depth) {
+    const YNode* key = nullptr;
+    const YNode* val = value_of(*map, r.path[depth], &key);
+    if (val == nullptr) return make_error(dotted(r.path) + " is missing", EINVAL);
+    const std::string where = r.path[depth] + " (line " + std::to_string(key->mark.line) + ")";
+    if (depth + 1 == r.path.size()) {
+      if (val->kind != YNode::Kind::scalar || val->mark.line < 1 ||
+          static_cast<size_t>(val->mark.line) > doc.size() || val->mark.column < 1) {
+        return make_error(where + " is not a single value", EINVAL);
+      }
+      const auto li = static_cast<size_t>(val->mark.line - 1);
+      const std::string s = doc[li].text;
+      const auto at = static_cast<size_t>(val->mark.column - 1);
+      const size_t end = scalar_end(s, at);
+      if (end == std::string::npos) return make_error(where + ": a value spanning several lines", EINVAL);
+      std::string line = s.substr(0, at) + yaml_scalar(r.value);
+      if (r.comment.empty()) {
+        line += s.substr(end);
+      } else {
+        line += "  # " + escape_for_terminal(r.comment);
+      }
+      doc[li] = {line, -1};
+      return true;
+    }
+    if (is_flow(doc, *val)) {
+      if (auto st = blockify(doc, *val, key->mark); !st) return st.error();
+      return false;
+    }
+    if (val->kind != YNode::Kind::mapping || val->map_size() == 0) {
+      return make_error(where + " is not a mapping", EINVAL);
+    }
+    map = val;
+  }
+  return make_error("an empty key path", EINVAL);
+}
+
+Status replace_value(std::vector<Line>& doc, const ReplacedValue& r) {
+  for (int i = 0; i < 16; ++i) {
+    auto done = replace_step(doc, r);
+    if (!done) return done.error();
+    if (!*done) continue;
+    // The value as parsed again must be the new one (a plain scalar continued on the next
+    // line, or a layout the line-based edit misread, would not be).
+    if (scalar_at(join(doc), r.path) != r.value) {
+      return make_error(dotted(r.path) + ": the value could not be replaced in place", EINVAL);
+    }
+    return {};
+  }
+  return make_error("the manifest's layout could not be edited", EINVAL);
+}
+
 Status add_items(std::vector<Line>& doc, const std::vector<std::string>& path, const std::vector<AddedItem>& items) {
   if (items.empty()) return {};
   // Each rewrite of a flow collection removes one level of flow style: a handful suffices.
@@ -364,6 +474,9 @@ Result<ManifestEdit> edit_manifest(const std::string& text, const ManifestAdditi
   const auto old_lines = split_lines(text);
   std::vector<Line> doc;
   for (size_t i = 0; i < old_lines.size(); ++i) doc.push_back({old_lines[i], static_cast<int>(i)});
+  for (const auto& r : add.values) {
+    if (auto s = replace_value(doc, r); !s) return s.error();
+  }
   if (auto s = add_items(doc, {"capabilities", "egress"}, add.egress); !s) return s.error();
   if (auto s = add_items(doc, {"capabilities", "fs", "read"}, add.fs_read); !s) return s.error();
   if (auto s = add_items(doc, {"capabilities", "fs", "write"}, add.fs_write); !s) return s.error();

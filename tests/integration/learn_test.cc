@@ -224,6 +224,61 @@ TEST_F(EgressLearnTest, AllowNetworkRelaysLearnedEntriesAndTheResultPassesPackTe
   EXPECT_TRUE(contains(again.err, "nothing to add")) << again.err;
 }
 
+// The tier (issue #13: "proposed from the tools and what was learned (lint's rules decide)"):
+// a side-effect pack whose tools and learned writes have no side effect gets read-only
+// proposed on its tier line, with the rule that decided; the result is strictly clean.
+TEST_F(EgressLearnTest, ProposesANarrowerTierAndTheResultPassesStrictLintAndPackTest) {
+  HttpServer http;
+  set_moon({{"web.learn.test", "127.0.0.1"}});
+  const std::string hp = std::to_string(http.port());
+  const std::string original =
+      "soyapack: v0\nname: learn-tier\nversion: 0.1.0\nagent: {runtime: python3, entrypoint: main.py}\n"
+      "tools:\n  plain: {kind: builtin.http_get, url: \"http://web.learn.test:" + hp + "/\"}\n"
+      "capabilities:\n  egress: []\n  fs:\n    read: [/workdir]\n"
+      "  # we thought it posted somewhere\n  determinism_tier: side-effect   # the author's guess\n"
+      "resources: {timeout: 20s}\n"
+      "examples:\n  - name: fetch\n    args: [\"steps=http,write_out,scratch\", \"http=" + hp + "\"]\n"
+      "    tools: [plain]\n    expect: {exit_code: 0, stdout_contains: \"http ok\", outputs: [result.txt]}\n";
+  auto pack = make_pack(original);
+  // Before: --strict warns that the tier is looser than needed (SP114).
+  auto before = run_soyaos({"pack", "lint", pack.string(), "--strict"}, {{"SOYAOS_HOME", home_.string()}}, dir_.path());
+  EXPECT_TRUE(contains(before.out, "SP114") || contains(before.out, "read-only is enough")) << before.out;
+
+  auto out = learn(pack, {"--allow-network", "--write", "--format", "json"});
+  EXPECT_EQ(out.exit_code, 0) << out.out << out.err;
+  auto doc = parse(out);
+  ASSERT_TRUE(doc.is_object()) << out.err;
+  const auto& tier = doc["proposal"]["tier"];
+  ASSERT_TRUE(tier.is_object()) << doc.dump(1);
+  EXPECT_EQ(tier["from"], "side-effect");
+  EXPECT_EQ(tier["to"], "read-only");
+  EXPECT_EQ(tier["rule"], "SP114");
+  // The diff shows the tier line changed, with the rule that decided; the rest is additions.
+  const std::string diff = doc["diff"];
+  EXPECT_TRUE(contains(diff, "\n-  determinism_tier: side-effect   # the author's guess\n"
+                             "+  determinism_tier: read-only  # learned (was side-effect): SP114 "
+                             "tier-looser-than-needed: no tool has a side effect and every fs.write path is "
+                             "/workdir/out or private scratch\n"))
+      << diff;
+  EXPECT_TRUE(doc["written"].get<bool>());
+  const std::string written = read_file(pack / "soyapack.yaml");
+  EXPECT_TRUE(contains(written, "  # we thought it posted somewhere\n  determinism_tier: read-only  # learned")) << written;
+  EXPECT_TRUE(contains(written, "      - /var/cache/learn  # learned from example fetch")) << written;
+
+  auto lint = run_soyaos({"pack", "lint", pack.string(), "--strict"}, {{"SOYAOS_HOME", home_.string()}}, dir_.path());
+  EXPECT_EQ(lint.exit_code, 0) << lint.out << lint.err;
+  EXPECT_EQ(lint.out, "0 errors · 0 warnings\n") << lint.out;
+  auto test = run_soyaos({"pack", "test", pack.string(), "--strict"}, {{"SOYAOS_HOME", home_.string()}}, dir_.path());
+  EXPECT_EQ(test.exit_code, 0) << test.out << test.err;
+  // Learning again proposes nothing, the tier included.
+  auto again = learn(pack, {"--allow-network", "--format", "json"});
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  auto again_doc = parse(again);
+  ASSERT_TRUE(again_doc.is_object()) << again.err;
+  EXPECT_TRUE(again_doc["proposal"]["tier"].is_null()) << again_doc.dump(1);
+  EXPECT_EQ(again_doc["diff"], "");
+}
+
 // --unused: the declared grants no run used (issue #13, "Shrinking"), learned in stripped
 // rounds: the fs entries the runs needed come back round by round, egress entries, http
 // rules and secrets are judged by what went upstream.

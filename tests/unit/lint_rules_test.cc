@@ -440,6 +440,75 @@ TEST(LintStrict, TierLooserThanNeeded) {
   EXPECT_TRUE(Pack().lint(true).empty());
 }
 
+// needed_tier(): the one rule SP114 / SP115 report and `pack learn` proposes by.
+TEST(LintTier, NeededTierNamesWhatDecidedIt) {
+  auto ro = needed_tier(Pack().write("/workdir/out").write("/tmp").http("get", "a.example", 443).manifest());
+  EXPECT_EQ(ro.tier, Tier::read_only);
+  EXPECT_EQ(ro.because, "no tool has a side effect and every fs.write path is /workdir/out or private scratch");
+  auto post = needed_tier(Pack().http("notify", "h.example", 443, Protocol::https, ToolKind::http_post).manifest());
+  EXPECT_EQ(post.tier, Tier::side_effect);
+  EXPECT_EQ(post.because, "tools.notify (builtin.http_post) has a side effect");
+  auto cache = needed_tier(Pack().write("/tmp").write("/workdir/cache").manifest());
+  EXPECT_EQ(cache.tier, Tier::side_effect);
+  EXPECT_EQ(cache.because, "capabilities.fs.write[1] `/workdir/cache` is outside /workdir/out and not private scratch");
+  auto any = needed_tier(Pack().any_egress().custom("c", true).manifest());
+  EXPECT_EQ(any.tier, Tier::unrestricted);
+  EXPECT_EQ(any.because, "capabilities.egress is \"*\"");
+  // builtin.llm has no side effect (M3).
+  EXPECT_EQ(needed_tier(Pack().http("ask", "m.example", 443, Protocol::https, ToolKind::llm).manifest()).tier,
+            Tier::read_only);
+  // The same rule as SP114 / SP115: lint --strict is silent on the tier exactly when the
+  // declared tier is the needed one.
+  for (Tier declared : {Tier::read_only, Tier::side_effect, Tier::unrestricted}) {
+    for (int shape = 0; shape < 4; ++shape) {
+      Pack p;
+      p.tier(declared);
+      if (shape == 1) p.write("/workdir/cache");
+      if (shape == 2) p.custom("c", true);
+      if (shape == 3) p.any_egress();
+      const auto f = p.lint(true);
+      const bool tier_finding = count_rule(f, "SP114") + count_rule(f, "SP115") > 0;
+      EXPECT_EQ(tier_finding, needed_tier(p.manifest()).tier != declared) << static_cast<int>(declared) << shape;
+    }
+  }
+}
+
+TEST(LintTier, LearnProposesNarrowerWhenLessIsNeededAndWiderOnlyWhenLintRefuses) {
+  // Narrower: SP114's finding.
+  auto narrow = propose_tier(Pack().tier(Tier::side_effect).write("/workdir/out").write("/var/cache/x").manifest());
+  ASSERT_TRUE(narrow);
+  EXPECT_EQ(narrow->from, Tier::side_effect);
+  EXPECT_EQ(narrow->to, Tier::read_only);
+  EXPECT_EQ(narrow->rule, "SP114");
+  EXPECT_EQ(narrow->why,
+            "SP114 tier-looser-than-needed: no tool has a side effect and every fs.write path is /workdir/out or "
+            "private scratch");
+  auto unr = propose_tier(Pack().tier(Tier::unrestricted).custom("c", true).manifest());
+  ASSERT_TRUE(unr);
+  EXPECT_EQ(unr->to, Tier::side_effect);
+  EXPECT_EQ(unr->why,
+            "SP114 tier-looser-than-needed: capabilities.egress is not \"*\"; tools.c (custom) has a side effect");
+  // Wider: lint refuses the manifest at its tier (SP108 for a write that outlives the run).
+  auto wide = propose_tier(Pack().write("/workdir/cache").manifest());
+  ASSERT_TRUE(wide);
+  EXPECT_EQ(wide->from, Tier::read_only);
+  EXPECT_EQ(wide->to, Tier::side_effect);
+  EXPECT_EQ(wide->rule, "SP108");
+  EXPECT_EQ(wide->why,
+            "SP108 read-only-write-outside-out: capabilities.fs.write[0] `/workdir/cache` is outside /workdir/out and "
+            "not private scratch");
+  auto tool = propose_tier(Pack().http("notify", "h.example", 443, Protocol::https, ToolKind::http_post).manifest());
+  ASSERT_TRUE(tool);
+  EXPECT_EQ(tool->rule, "SP107");
+  // Nothing when the declared tier is the needed one.
+  EXPECT_FALSE(propose_tier(Pack().write("/workdir/out").write("/tmp").manifest()));
+  EXPECT_FALSE(propose_tier(Pack().tier(Tier::side_effect).custom("c", true).manifest()));
+  EXPECT_FALSE(propose_tier(Pack().tier(Tier::unrestricted).any_egress().manifest()));
+  // Stricter than needed without lint refusing it (egress "*" in a side-effect pack is
+  // refused by validation, not by a lint rule outside --strict): not loosened on a guess.
+  EXPECT_FALSE(propose_tier(Pack().tier(Tier::side_effect).any_egress().manifest()));
+}
+
 TEST(LintStrict, LlmInAReadOnlyPackIsClean) {
   // builtin.llm has no side effect (M3): a read-only pack may call a model.
   auto p = Pack().egress("api.anthropic.com", 443).http("ask", "api.anthropic.com", 443, Protocol::https, ToolKind::llm)

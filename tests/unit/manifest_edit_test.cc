@@ -99,5 +99,77 @@ TEST(ManifestEdit, AnEditThatWouldNotParseFails) {
   EXPECT_FALSE(edit_manifest(with_caps("  egress: []\n  fs:\n    read: [/workdir]\n"), a, "soyapack.yaml"));
 }
 
+
+ReplacedValue tier(const std::string& value, const std::string& comment = "learned: SP114") {
+  return {{"capabilities", "determinism_tier"}, value, comment};
+}
+
+TEST(ManifestEdit, AValueIsReplacedInPlaceKeepingCommentsAndKeyOrder) {
+  const std::string text = std::string(kHead) +
+                           "capabilities:\n  # the tier\n  determinism_tier: side-effect   # we post results\n"
+                           "  egress: []  # none yet\n  fs:\n    read: [/workdir]\nresources: {timeout: 20s}\n";
+  ManifestAdditions a;
+  a.values.push_back(tier("read-only", "learned (was side-effect): SP114 tier-looser-than-needed"));
+  auto e = edit_manifest(text, a, "soyapack.yaml");
+  ASSERT_TRUE(e) << e.error().describe();
+  // Only the value and its line's comment changed: every other byte is the original's.
+  std::string want = text;
+  const std::string old_line = "  determinism_tier: side-effect   # we post results\n";
+  want.replace(want.find(old_line), old_line.size(),
+               "  determinism_tier: read-only  # learned (was side-effect): SP114 tier-looser-than-needed\n");
+  EXPECT_EQ(e->text, want);
+  auto m = parse_manifest(e->text, "soyapack.yaml");
+  ASSERT_TRUE(m.manifest) << e->text;
+  EXPECT_EQ(m.manifest->capabilities.tier, Tier::read_only);
+  EXPECT_NE(e->diff.find("\n-  determinism_tier: side-effect   # we post results\n+  determinism_tier: read-only  # learned"),
+            std::string::npos)
+      << e->diff;
+  // Without a comment, the line's own comment stays; quoting is the editor's (yaml_scalar).
+  ManifestAdditions b;
+  b.values.push_back(tier("read-only", ""));
+  auto f = edit_manifest(text, b, "soyapack.yaml");
+  ASSERT_TRUE(f) << f.error().describe();
+  EXPECT_NE(f->text.find("\n  determinism_tier: read-only   # we post results\n"), std::string::npos) << f->text;
+}
+
+TEST(ManifestEdit, AReplacedValueAndAdditionsTogether) {
+  const std::string text = std::string(kHead) +
+                           "capabilities: {egress: [], fs: {read: [/workdir]}, determinism_tier: \"side-effect\"}  # caps\n";
+  ManifestAdditions a = some();
+  a.values.push_back(tier("read-only"));
+  auto e = edit_manifest(text, a, "soyapack.yaml");
+  ASSERT_TRUE(e) << e.error().describe();
+  expect_has_all(e->text);
+  auto m = parse_manifest(e->text, "soyapack.yaml");
+  ASSERT_TRUE(m.manifest) << e->text;
+  EXPECT_EQ(m.manifest->capabilities.tier, Tier::read_only);
+  EXPECT_NE(e->text.find("capabilities:  # caps\n"), std::string::npos) << e->text;
+  EXPECT_NE(e->text.find("  determinism_tier: read-only  # learned: SP114\n"), std::string::npos) << e->text;
+  EXPECT_EQ(e->text.rfind("# top comment\n", 0), 0U);
+}
+
+TEST(ManifestEdit, AValueThatCannotBeReplacedInPlaceFails) {
+  // Missing, not a scalar, or continued on the next line: an error, never a guess.
+  ManifestAdditions missing;
+  missing.values.push_back({{"capabilities", "nothing_here"}, "x", ""});
+  auto e = edit_manifest(with_caps("  egress: []\n"), missing, "soyapack.yaml");
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().describe().find("capabilities.nothing_here is missing"), std::string::npos) << e.error().describe();
+  ManifestAdditions list;
+  list.values.push_back({{"capabilities", "egress"}, "x", ""});
+  EXPECT_FALSE(edit_manifest(with_caps("  egress: []\n"), list, "soyapack.yaml"));
+  ManifestAdditions t;
+  t.values.push_back(tier("read-only"));
+  const std::string folded = std::string(kHead) + "capabilities:\n  egress: []\n  determinism_tier: \"side-\n    effect\"\n";
+  EXPECT_FALSE(edit_manifest(folded, t, "soyapack.yaml"));
+  // A value given with control characters or a comment trying to start a line is escaped.
+  ManifestAdditions hostile;
+  hostile.values.push_back(tier("read-only", "why \x1b[31m\n# injected"));
+  auto h = edit_manifest(with_caps("  egress: []\n"), hostile, "soyapack.yaml");
+  ASSERT_TRUE(h) << h.error().describe();
+  EXPECT_EQ(h->text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(h->text.find("\n# injected"), std::string::npos) << h->text;
+}
+
 }  // namespace
 }  // namespace soyaos::manifest
