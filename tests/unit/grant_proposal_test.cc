@@ -291,6 +291,48 @@ TEST(GrantProposal, LearnProposesTheEntriesTheHintsPropose) {
   EXPECT_EQ(rest.fs_write[0].path, "/var/cache/app");
 }
 
+// A hostile agent through the learner (issue #13's hostile cases): tens of thousands of
+// distinct paths and names, names and paths with control characters, the runs' own dropped
+// counts — a bounded proposal, each list capped with what was left out counted.
+TEST(GrantProposal, LearnerBoundsAHostileFlood) {
+  Learner learner;
+  learner.add({"network", "", "dns:bad\x01name.test", "", "REFUSED", "not a canonical name"}, "the run");
+  learner.add({"fs", "read", std::string("/srv/ctl\x1b[2J/f"), "openat", "ENOENT", ""}, "the run");
+  for (int i = 0; i < 15000; ++i) {
+    learner.add({"fs", "read", "/srv/flood/d" + std::to_string(i) + "/f", "openat", "ENOENT", ""}, "the run");
+  }
+  for (int i = 0; i < 4000; ++i) {
+    const std::string host = "n" + std::to_string(i) + ".flood.test";
+    learner.add({"network", "", "dns:" + host, "", "NOERROR", "learn: answered with a learning address"}, "the run");
+    learner.add({"network", "", host + ":80/http", "connect", "ECONNRESET", "learn: HTTP GET, Host " + host},
+                "the run");
+  }
+  for (int i = 0; i < 3000; ++i) {  // past kMaxObservations: counted, not kept
+    learner.add({"fs", "write", "/var/w" + std::to_string(i) + "/x", "openat", "EACCES", ""}, "the run");
+  }
+  learner.add_dropped(7);
+  EXPECT_EQ(learner.size(), kMaxObservations);
+  const Proposal p = learner.propose(manifest::Manifest{});
+  EXPECT_LE(p.fs_read.size(), kMaxProposed);
+  EXPECT_EQ(p.egress.size(), kMaxProposed);
+  EXPECT_GT(p.more_egress, 0U);
+  for (const auto& e : p.egress) {
+    EXPECT_EQ(e.entry.port, 80);
+    EXPECT_EQ(e.entry.protocol, manifest::Protocol::http);
+  }
+  for (const auto& r : p.fs_read) EXPECT_NE(r.path, "/");
+  EXPECT_LE(p.notes.size(), kMaxListed);
+  EXPECT_LE(p.not_grantable.size(), kMaxListed);
+  // The refused name is a note (kept raw here; every output escapes it).
+  EXPECT_TRUE(std::any_of(p.notes.begin(), p.notes.end(),
+                          [](const std::string& n) { return n.rfind("dns bad\x01name.test refused", 0) == 0; }));
+  // 2 + 15000 + 8000 + 3000 observations, 20000 kept: the rest and the runs' 7 counted.
+  EXPECT_EQ(p.observations_dropped, 15000U + 8000U + 3000U + 2U - kMaxObservations + 7U);
+  // Every string is bounded.
+  for (const auto& e : p.egress) EXPECT_LE(e.why.size(), 200U);
+  for (const auto& r : p.fs_read) EXPECT_LE(r.why.size(), 200U);
+}
+
 TEST(GrantProposal, YamlScalarsReadBackExactly) {
   const std::vector<std::string> cases = {"/tmp", "api.example.com", "/a b", "/x: y", "/#c", "/q\"uote", "/back\\slash",
                               std::string("/ctl\x1b[2J\x07", 9), "/é", "/bidi\u202e", "true", "123", "-x", "fd00::1",
