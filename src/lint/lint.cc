@@ -20,6 +20,9 @@
 #include <unordered_set>
 #include <utility>
 
+// fmt compiled into this file (issue #16): soyaos then does not load libfmt.so (and, with
+// SOYAOS_STATIC_CXX, no shared C++ library at all) at every start.
+#define FMT_HEADER_ONLY 1
 #include <fmt/format.h>
 
 namespace soyaos::lint {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "common/digest.h"
@@ -39,15 +40,19 @@ std::optional<std::string> opt(const json& j, const char* k) {
   return std::nullopt;
 }
 
-// A run streamed into the embedded Moon: its own connection to moon.db (the writer thread
-// of the run uses it alone) and the run's live file, held by this process.
+// A run streamed into the embedded Moon: a connection to moon.db that the writer thread of
+// the run uses alone, and the run's live file, held by this process. The connection is the
+// stream's own (continue_run_embedded) or borrowed from the EmbeddedMoon that opened the run
+// (open_run), which must then outlive the stream and serve nothing else meanwhile.
 class EmbeddedRunStream final : public RunStream {
  public:
   EmbeddedRunStream(Registry reg, LiveRun live, scope::RunContext ctx)
-      : reg_(std::move(reg)), live_(std::move(live)), ctx_(std::move(ctx)) {}
-  Status append(std::span<const json> events) override { return reg_.store().append_events(events); }
+      : own_(std::move(reg)), reg_(&*own_), live_(std::move(live)), ctx_(std::move(ctx)) {}
+  EmbeddedRunStream(Registry* borrowed, LiveRun live, scope::RunContext ctx)
+      : reg_(borrowed), live_(std::move(live)), ctx_(std::move(ctx)) {}
+  Status append(std::span<const json> events) override { return reg_->store().append_events(events); }
   Result<bool> flag(const json& violation) override {
-    return reg_.flag(ctx_.pack, ctx_.version, ctx_.digest, ctx_.run_id, violation, current_actor());
+    return reg_->flag(ctx_.pack, ctx_.version, ctx_.digest, ctx_.run_id, violation, current_actor());
   }
   Status end() override {
     live_.end();
@@ -55,7 +60,8 @@ class EmbeddedRunStream final : public RunStream {
   }
 
  private:
-  Registry reg_;
+  std::optional<Registry> own_;
+  Registry* reg_;
   LiveRun live_;
   scope::RunContext ctx_;
 };
@@ -103,14 +109,19 @@ class EmbeddedMoon final : public MoonBackend {
   Result<std::optional<std::string>> manifest(const std::string& digest) override {
     return reg_.store().manifest(digest);
   }
+  // The stream writes through this Moon's own connection (issue #16: one moon.db connection
+  // fewer to open per run). Its one caller, RunRecorder, owns this backend, keeps it past the
+  // stream and calls nothing else on it (moon/recorder.h). Live before anything is stored, as
+  // in continue_run_embedded.
   Result<std::unique_ptr<RunStream>> open_run(const scope::RunContext& ctx, const json& first) override {
-    auto stream = continue_run_embedded(reg_.home(), ctx);
-    if (!stream) return stream.error();
-    if (auto s = (*stream)->append(std::span<const json>(&first, 1)); !s) {
-      (void)(*stream)->end();
+    auto live = LiveRun::create(reg_.home(), ctx, "run");
+    if (!live) return live.error();
+    auto stream = std::make_unique<EmbeddedRunStream>(&reg_, std::move(live.value()), ctx);
+    if (auto s = stream->append(std::span<const json>(&first, 1)); !s) {
+      (void)stream->end();
       return s.error();
     }
-    return stream;
+    return std::unique_ptr<RunStream>(std::move(stream));
   }
   Status append_events(std::span<const json> events) override { return reg_.store().append_events(events); }
   Result<std::vector<StoredEvent>> query_events(const EventQuery& q) override {
