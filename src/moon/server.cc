@@ -25,6 +25,7 @@
 #include "common/unique_fd.h"
 #include "moon/archive.h"
 #include "moon/backend.h"
+#include "moon/group_commit.h"
 #include "moon/server_consent.h"
 #include "moon/server_runs.h"
 #include "moon/wire.h"
@@ -55,6 +56,9 @@ struct Shared {
   std::set<int> clients;  // fds being served
   std::vector<std::unique_ptr<MoonBackend>> pool;  // idle embedded Moons
   std::atomic<bool> stopping{false};
+  // Every client's run events are committed through it, batches that arrive together in
+  // one transaction (moon/group_commit.h).
+  std::unique_ptr<GroupCommit> commits;
 
   void log(const std::string& line) {
     if (opt.log) opt.log(line);
@@ -238,7 +242,7 @@ void serve_client(Shared& sh, int fd) {
   (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof stv);
   wire::Conn conn(fd);
   std::unique_ptr<MoonBackend> moon;
-  ConnRuns runs(sh.opt.home, peer.uid, peer.known);  // the runs this client started here (E5)
+  ConnRuns runs(sh.opt.home, peer.uid, peer.known, sh.commits.get());  // the runs this client started here (E5)
   for (;;) {
     auto req = conn.receive();
     if (!req) {
@@ -404,6 +408,7 @@ Status serve(const ServeOptions& options) {
   if (sh->opt.socket.empty()) sh->opt.socket = default_socket(sh->opt.home);
   sh->opt.socket = fs::absolute(sh->opt.socket);
   if (sh->opt.max_clients == 0) sh->opt.max_clients = 1;
+  sh->commits = std::make_unique<GroupCommit>(sh->opt.home, GroupCommitLimits::from_env());
   // The home must be usable before anything is promised on the socket.
   {
     auto first = open_embedded(sh->opt.home);
@@ -500,6 +505,10 @@ Status serve(const ServeOptions& options) {
       sh->cv.wait_for(lock, std::chrono::seconds(2), [&] { return sh->clients.empty(); });
     }
   }
+  const GroupCommitStats gc = sh->commits->stats();
+  sh->log("group commit: " + std::to_string(gc.requests) + " batches of events (" + std::to_string(gc.events) +
+          " events) in " + std::to_string(gc.transactions - gc.failed) + " transactions, at most " +
+          std::to_string(gc.largest) + " batches in one; " + std::to_string(gc.failed) + " failed");
   sh->log("stopped");
   return {};
 }

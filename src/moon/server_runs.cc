@@ -24,6 +24,19 @@ const json& data_of(const json& e) {
 
 }  // namespace
 
+ConnRuns::~ConnRuns() {
+  for (size_t i = 0; i < runs_.size(); ++i) writer_closed();
+}
+
+void ConnRuns::writer_closed() {
+  if (commits_ != nullptr) commits_->writer_closed();
+}
+
+Status ConnRuns::store(MoonBackend& moon, std::vector<json> rows) {
+  if (commits_ != nullptr) return commits_->append(std::move(rows));
+  return moon.append_events(rows);
+}
+
 std::optional<Result<json>> ConnRuns::handle(MoonBackend& moon, const std::string& op, const json& req) {
   const std::string run_id = sval(req, "run_id");
   if (op == "run_begin") return begin(moon, req);
@@ -34,6 +47,7 @@ std::optional<Result<json>> ConnRuns::handle(MoonBackend& moon, const std::strin
     if (it == runs_.end()) return Result<json>(make_error("run_end: run " + run_id + " was not started on this connection", EPERM));
     it->second.live.end();
     runs_.erase(it);
+    writer_closed();
     return Result<json>(json::object());
   }
   // The older forms: allowed only for runs of this connection, like the run ops.
@@ -94,8 +108,12 @@ Result<json> ConnRuns::begin(MoonBackend& moon, const json& req) {
     if (!live) return live.error();
     run.live = std::move(live.value());
   }
-  if (auto s = moon.append_events(std::span<const json>(&*event, 1)); !s) {
+  if (commits_ != nullptr) commits_->writer_opened();  // its next batch is coming
+  std::vector<json> rows;
+  rows.push_back(std::move(event.value()));
+  if (auto s = store(moon, std::move(rows)); !s) {
     run.live.end();
+    writer_closed();
     return s.error();
   }
   runs_.emplace(run_id, std::move(run));
@@ -113,7 +131,7 @@ Result<json> ConnRuns::events(MoonBackend& moon, const std::string& run_id, cons
     if (!a) return a.error();
     rows.push_back(std::move(a.value()));
   }
-  if (auto s = moon.append_events(rows); !s) return s.error();
+  if (auto s = store(moon, std::move(rows)); !s) return s.error();
   return json::object();
 }
 
@@ -150,6 +168,7 @@ std::vector<std::string> ConnRuns::close() {
     log.push_back("run " + id + ": connection lost before run_end" + (*m ? "; marked run_incomplete" : ""));
     run.live.end();
   }
+  for (size_t i = 0; i < runs_.size(); ++i) writer_closed();
   runs_.clear();
   return log;
 }

@@ -12,7 +12,9 @@
 // `soyaosuser`: the connection's peer (SO_PEERCRED), set by the daemon (a client's own
 // values are replaced). Events or flags for a run not started on the connection are
 // refused. When the connection ends with runs not ended, each gets `run_incomplete`
-// (reason connection_lost).
+// (reason connection_lost). With a GroupCommit (the daemon's), every batch of events is
+// committed through it, together with other clients' batches (moon/group_commit.h); each
+// request is still answered only once its own events are durable.
 #pragma once
 
 #include <sys/types.h>
@@ -26,6 +28,7 @@
 
 #include "common/result.h"
 #include "moon/backend.h"
+#include "moon/group_commit.h"
 #include "moon/live_runs.h"
 
 namespace soyaos::moon {
@@ -38,11 +41,11 @@ struct ConnRun {
 // The runs of one client connection.
 class ConnRuns {
  public:
-  ConnRuns(std::filesystem::path home, uid_t peer_uid, bool peer_known)
-      : home_(std::move(home)), uid_(peer_uid), known_(peer_known) {}
+  ConnRuns(std::filesystem::path home, uid_t peer_uid, bool peer_known, GroupCommit* commits = nullptr)
+      : home_(std::move(home)), uid_(peer_uid), known_(peer_known), commits_(commits) {}
   ConnRuns(const ConnRuns&) = delete;
   ConnRuns& operator=(const ConnRuns&) = delete;
-  ~ConnRuns() = default;
+  ~ConnRuns();
 
   // Handles `op` when it is one of the run ops, or the older `append_events` / `flag`
   // (held to the same rule); nullopt for any other op.
@@ -60,10 +63,15 @@ class ConnRuns {
                                       const nlohmann::ordered_json& violation);
   // The event with the peer's attribution; an error when it is not one of `run_id`'s.
   Result<nlohmann::ordered_json> attributed(const nlohmann::ordered_json& e, const std::string& run_id) const;
+  // Stores `rows` durably: through the group commit when there is one, else `moon`.
+  Status store(MoonBackend& moon, std::vector<nlohmann::ordered_json> rows);
+  // A run of this connection ended (or failed to begin): one writer less for the group commit.
+  void writer_closed();
 
   std::filesystem::path home_;
   uid_t uid_;
   bool known_;
+  GroupCommit* commits_;
   std::map<std::string, ConnRun> runs_;
 };
 
