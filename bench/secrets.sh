@@ -4,6 +4,9 @@
 #   2. request latency, p50/p99 over N requests each on a NEW connection (TCP + TLS handshake
 #      + request + response);
 #   3. SSE first-byte latency: request sent -> first event read;
+#   4. request latency on a new connection that resumes the client's previous TLS session
+#      (what Node's https agent, curl and Go do by default): the agent-facing side's session
+#      tickets; through the gateway the upstream side resumes its own session per host too;
 # for three paths: direct (the same client on the host, straight to the server on loopback),
 # SNI passthrough (an https entry without rules or secrets) and terminated TLS (the same
 # server behind an entry with an `http` rule, so the gateway terminates and re-encrypts).
@@ -16,6 +19,11 @@
 source "$(dirname "$0")/lib.sh" secrets
 N=${N:-1000}
 RUNS=${RUNS:-3}
+# BEFORE=path/to/an/older/soyaos: its passthrough and terminated paths are measured too,
+# interleaved in the same run (a before/after pair is only comparable side by side).
+BEFORE=${BEFORE:-}
+# Which modes to run (space-separated): keepalive fresh resumed sse.
+MODES=${MODES:-keepalive fresh resumed sse}
 MEDIAN_FORMAT=%.1f
 
 # ---- a test CA and a server certificate for both names ---------------------------------------
@@ -117,6 +125,25 @@ def fresh(host, port, n, cafile):
         t.close()
     print("RESULT ok %.1f %.1f" % pct(lat), flush=True)
 
+def resumed(host, port, n, cafile):
+    c = ctx(cafile)
+    lat = []
+    session = None
+    for _ in range(int(n) + 1):
+        t0 = time.perf_counter()
+        s = socket.create_connection((host, int(port)))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t = c.wrap_socket(s, server_hostname=host, session=session)
+        request(t, host)
+        dt = time.perf_counter() - t0
+        if session is not None:  # the first connection has nothing to resume
+            if not t.session_reused:
+                raise SystemExit("RESULT fail: a connection did not resume its session")
+            lat.append(dt)
+        session = t.session  # after the response: TLS 1.3 tickets arrive after the handshake
+        t.close()
+    print("RESULT ok %.1f %.1f" % pct(lat), flush=True)
+
 def sse(host, port, n, cafile):
     c = ctx(cafile)
     lat = []
@@ -134,7 +161,7 @@ def sse(host, port, n, cafile):
         t.close()
     print("RESULT ok %.1f %.1f" % pct(lat), flush=True)
 
-{"keepalive": keepalive, "fresh": fresh, "sse": sse}[sys.argv[1]](*sys.argv[2:])
+{"keepalive": keepalive, "fresh": fresh, "resumed": resumed, "sse": sse}[sys.argv[1]](*sys.argv[2:])
 PY
 
 "$PY" "$work/server.py" "$work/server.pem" "$work/server.key" "$work/port" &
@@ -187,56 +214,75 @@ in_comet() {  # PATH MODE N
   case $1 in
     passthrough) comet "$2" pass.bench.test 443 "$3" /workdir/ca.pem ;;
     terminated) comet "$2" icpt.bench.test 443 "$3" - ;;
+    passthrough-before) SOYAOS=$BEFORE comet "$2" pass.bench.test 443 "$3" /workdir/ca.pem ;;
+    terminated-before) SOYAOS=$BEFORE comet "$2" icpt.bench.test 443 "$3" - ;;
   esac
 }
+PATHS="direct passthrough terminated"
+[[ -n "$BEFORE" ]] && PATHS="direct passthrough-before passthrough terminated-before terminated"
 # Supervisor CPU per request: run_finished's supervisor_cpu_ms (getrusage of the supervisor,
 # all its threads: the gateway's loop and the exchange threads) of a run of N requests, minus
 # that of a run of one request (start-up and teardown), over N - 1.
 declare -A P50 P99 CPU BASE
-for mode in keepalive fresh; do
-  for path in passthrough terminated; do
+for mode in $MODES; do
+  [[ $mode == sse ]] && continue
+  for path in ${PATHS#direct }; do
     in_comet "$path" "$mode" 1 >/dev/null
     BASE[$mode.$path]=$(run_finished supervisor_cpu_ms)
   done
 done
-for mode in keepalive fresh sse; do
+for mode in $MODES; do
   n=$N
   [[ $mode == sse ]] && n=$((N / 5))
-  for path in direct passthrough terminated; do
-    a=(); b=(); c=()
-    for _ in $(seq "$RUNS"); do
+  declare -A A=() B=() C=()
+  for _ in $(seq "$RUNS"); do  # the paths interleaved within each round (the load moves)
+    for path in $PATHS; do
       case $path in
         direct) r=$(direct "$mode" "$n") ;;
         *) r=$(in_comet "$path" "$mode" "$n") ;;
       esac
       [[ -n "$r" ]] || { echo "$mode/$path: no result (did the run fail?)" >&2; exit 1; }
-      read -r x y <<<"$r"; a+=("$x"); b+=("$y")
+      read -r x y <<<"$r"; A[$path]+=" $x"; B[$path]+=" $y"
       if [[ $path != direct && $mode != sse ]]; then
-        c+=("$("$PY" -c 'import sys; print((float(sys.argv[1]) - float(sys.argv[2])) * 1000 / (int(sys.argv[3]) - 1))' \
-          "$(run_finished supervisor_cpu_ms)" "${BASE[$mode.$path]}" "$n")")
+        C[$path]+=" $("$PY" -c 'import sys; print((float(sys.argv[1]) - float(sys.argv[2])) * 1000 / (int(sys.argv[3]) - 1))' \
+          "$(run_finished supervisor_cpu_ms)" "${BASE[$mode.$path]}" "$n")"
       fi
     done
-    P50[$mode.$path]=$(median "${a[@]}"); P99[$mode.$path]=$(median "${b[@]}")
-    ((${#c[@]})) && CPU[$mode.$path]=$(median "${c[@]}")
   done
+  for path in $PATHS; do
+    # shellcheck disable=SC2086  # the lists are space-separated numbers
+    P50[$mode.$path]=$(median ${A[$path]}); P99[$mode.$path]=$(median ${B[$path]})
+    # shellcheck disable=SC2086
+    [[ -n "${C[$path]:-}" ]] && CPU[$mode.$path]=$(median ${C[$path]})
+  done
+  unset A B C
 done
 
 title() {
   case $1 in
     keepalive) echo "request on one keep-alive connection (N=$N)" ;;
     fresh) echo "request on a new connection: TCP + TLS + request (N=$N)" ;;
+    resumed) echo "request on a new connection resuming the previous TLS session (N=$N)" ;;
     sse) echo "SSE first byte on a new connection (N=$((N / 5)))" ;;
   esac
 }
-for mode in keepalive fresh sse; do
+for mode in $MODES; do
   echo "== $(title $mode): median of $RUNS runs, us"
-  for path in direct passthrough terminated; do
+  for path in $PATHS; do
     cpu=${CPU[$mode.$path]:-}
-    printf '  %-12s p50 %9s   p99 %9s%s\n' "$path" "${P50[$mode.$path]}" "${P99[$mode.$path]}" \
+    printf '  %-18s p50 %9s   p99 %9s%s\n' "$path" "${P50[$mode.$path]}" "${P99[$mode.$path]}" \
       "${cpu:+   supervisor CPU $cpu us/request}"
   done
   "$PY" -c "import sys; t,p,d=map(float,sys.argv[1:]); print('  terminated - passthrough at p50 = %+.0f us; passthrough - direct = %+.0f us' % (t-p, p-d))" \
     "${P50[$mode.terminated]}" "${P50[$mode.passthrough]}" "${P50[$mode.direct]}"
+  if [[ -n "$BEFORE" ]]; then
+    "$PY" -c "import sys; t,p=map(float,sys.argv[1:]); print('  before: terminated - passthrough at p50 = %+.0f us' % (t-p))" \
+      "${P50[$mode.terminated-before]}" "${P50[$mode.passthrough-before]}"
+  fi
 done
 echo "(targets: fresh +1000 us, keepalive +100 us, terminated against passthrough)"
+if [[ " $MODES " == *" fresh "* && " $MODES " == *" resumed "* ]]; then
+  "$PY" -c "import sys; f,r=map(float,sys.argv[1:]); print('terminated: a resumed new connection costs %+.0f us against a full handshake (p50)' % (r-f))" \
+    "${P50[fresh.terminated]}" "${P50[resumed.terminated]}"
+fi
 echo "end: $(load_note)"

@@ -38,8 +38,9 @@ void EgressService::Impl::refuse(Conn* c, const std::string& resource, const std
 }
 
 void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool reset, const std::string& error) {
-  if (c->agent) unwatch(c->agent.get());
-  if (c->upstream) unwatch(c->upstream.get());
+  // Only what is in the epoll set (ev_* == UINT32_MAX: never added): one syscall less each.
+  if (c->agent && c->ev_agent != UINT32_MAX) unwatch(c->agent.get());
+  if (c->upstream && c->ev_up != UINT32_MAX) unwatch(c->upstream.get());
   if (c->opened && cb.event) {
     Json d = base(*c);
     d["address"] = policy::to_string(c->upstream_addr);
@@ -184,6 +185,13 @@ void EgressService::Impl::connect_next(Conn* c) {
         }
       }
     }
+    // No Nagle on the relay's sockets (the agent's side inherits it from the listener,
+    // EgressService::Impl::setup): the endpoints already chose how to batch their writes, and
+    // a relay that holds a small segment back until the previous one is acknowledged meets the
+    // peer's delayed ACK — 40 ms stalls in every TLS handshake through the gateway (write,
+    // write, read: docs/benchmarks.md, "Connection set-up").
+    const int one = 1;
+    (void)::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     const int rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len);
     if (rc != 0 && errno != EINPROGRESS) {
       c->connect_error = connect_failure(a.addr, c->upstream_port, errno);
@@ -194,7 +202,7 @@ void EgressService::Impl::connect_next(Conn* c) {
     c->state = State::connecting;
     c->deadline = now_ms() + limits.connect_timeout_ms;
     if (rc == 0) {
-      connected(c);  // loopback handshakes often complete inside connect(): no wait
+      connected(c, true);  // loopback handshakes often complete inside connect(): no wait
       return;
     }
     update_interest(c);
@@ -235,14 +243,14 @@ void EgressService::Impl::fail_upstream(Conn* c, const std::string& why) {
   close_conn(c, "upstream unreachable", true);
 }
 
-void EgressService::Impl::connected(Conn* c) {
+void EgressService::Impl::connected(Conn* c, bool known_ok) {
   int err = 0;
   socklen_t len = sizeof err;
-  if (::getsockopt(c->upstream.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (!known_ok && ::getsockopt(c->upstream.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   if (err == EINPROGRESS) return;
   if (err != 0) {
     c->connect_error = connect_failure(c->upstream_addr, c->upstream_port, err);
-    unwatch(c->upstream.get());
+    if (c->ev_up != UINT32_MAX) unwatch(c->upstream.get());
     c->upstream.reset();
     c->ev_up = UINT32_MAX;
     connect_next(c);
@@ -380,12 +388,9 @@ void EgressService::Impl::rewatch_or_remove(int fd, uint32_t events, Watch* w, u
       ev.data.ptr = w;
       (void)::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, fd, &ev);
       *current = 0;
-    } else if (*current == UINT32_MAX) {
-      struct epoll_event ev {};
-      ev.data.ptr = w;
-      (void)::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev);
-      *current = 0;
     }
+    // Not in the set yet: nothing to wait for, so it is added when there is (one epoll_ctl
+    // less per connection that resolves or connects before it needs the agent's side).
     return;
   }
   rewatch(fd, events, w, current);
@@ -399,7 +404,7 @@ void EgressService::Impl::conn_event(Conn* c, bool agent_side, uint32_t ev) {
     case State::resolving:
       return;
     case State::connecting:
-      if (!agent_side) connected(c);
+      if (!agent_side) connected(c, false);
       return;
     case State::relaying:
       c->last_activity = now_ms();

@@ -298,7 +298,8 @@ struct EgressService::Impl {
   void connect_next(Conn* c);
   static std::string connect_failure(const policy::IpAddress& addr, uint16_t port, int err);
   void fail_upstream(Conn* c, const std::string& why);
-  void connected(Conn* c);
+  // known_ok: connect() itself returned 0 (no SO_ERROR to read).
+  void connected(Conn* c, bool known_ok);
   void pump(Conn* c);
   // read: also move new bytes from `from` (false: only flush the pipe and the half-close).
   bool pump_half(Half& h, int from, int to, uint64_t* counter, bool read = true);

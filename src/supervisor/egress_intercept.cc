@@ -160,8 +160,8 @@ void EgressService::Impl::intercept_handoff(Conn* c) {
     cb.event("egress_opened", d);
   }
   // The connection leaves the loop: nothing of it stays in the epoll set.
-  if (job.agent) unwatch(job.agent.get());
-  if (job.upstream) unwatch(job.upstream.get());
+  if (job.agent && c->ev_agent != UINT32_MAX) unwatch(job.agent.get());
+  if (job.upstream && c->ev_up != UINT32_MAX) unwatch(job.upstream.get());
   c->closed = true;
   if (auto it = conns.find(c->id); it != conns.end()) {
     dead_conns.push_back(std::move(it->second));
@@ -201,7 +201,8 @@ void EgressService::Impl::exchange_main(ExchangeJob job) {
     auto ctx = icpt->authority->server_context(job.host);
     if (ctx) {
       auto s = TlsStream::server(std::move(job.agent), *ctx, job.head);
-      auto cl = TlsStream::client(std::move(job.upstream), icpt->upstream, job.host);
+      auto cl = TlsStream::client(std::move(job.upstream), icpt->upstream, job.host, icpt->upstream_sessions.get(),
+                                  job.host + ":" + std::to_string(job.port));
       if (s && cl) {
         a = std::move(s.value());
         u = std::move(cl.value());

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -185,6 +186,14 @@ Status EgressService::Impl::setup() {
                                        {fds.gateway_tcp.get(), &w_gw4}};
   for (auto [fd, w] : base_fds) {
     if (auto s = watch(fd, EPOLLIN, w); !s) return s;
+  }
+  // TCP_NODELAY on the listeners: every accepted connection inherits it, at no syscall per
+  // connection (why the relay wants it: egress_conn.cc, connect_next).
+  for (const UniqueFd* l : {&fds.gateway_tcp, &fds.gateway_tcp6, &fds.proxy_tcp}) {
+    const int one = 1;
+    if (*l && ::setsockopt(l->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+      return errno_error("setsockopt TCP_NODELAY (egress gateway listener)");
+    }
   }
   if (fds.gateway_tcp6) {
     if (auto s = watch(fds.gateway_tcp6.get(), EPOLLIN, &w_gw6); !s) return s;

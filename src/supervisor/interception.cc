@@ -56,6 +56,8 @@ Result<std::unique_ptr<Interception>> make_interception(const std::vector<manife
     auto upstream = upstream_client_context(ca_files);
     if (!upstream) return make_error("upstream TLS verification: " + upstream.error().describe());
     icpt->upstream = std::move(upstream.value());
+    TlsSessionCache::enable(icpt->upstream.get());
+    icpt->upstream_sessions = std::make_unique<TlsSessionCache>();
   }
   return icpt;
 }

@@ -16,6 +16,7 @@
 #include "policy/policy.h"
 #include "policy/secrets.h"
 #include "supervisor/tls_authority.h"
+#include "supervisor/tls_sessions.h"
 
 namespace soyaos::supervisor {
 
@@ -33,6 +34,8 @@ struct InterceptSecret {
 struct Interception {
   std::unique_ptr<TlsAuthority> authority;  // null when no https connection can be intercepted
   SslCtxPtr upstream;                       // verification: system store + tls.ca_files
+  // Resumable sessions of `upstream`, per destination (host:port), for the run (tls_sessions.h).
+  std::unique_ptr<TlsSessionCache> upstream_sessions;
   std::vector<InterceptSecret> secrets;
 
   // True when a connection to `host` allowed by `entry` (https or http) is read by the gateway.

@@ -213,8 +213,11 @@ auto TlsAuthority::mint(const std::string& name) -> Result<Leaf> {
   SSL_CTX_set_options(c, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
   SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_alpn_select_cb(c, select_http11, nullptr);
-  // Session tickets (the default, keys random per context) let the agent resume: a new
-  // connection to the same name then costs no signature.
+  // Session tickets (OpenSSL's default: the ticket keys are random per context, made here, in
+  // the secure heap, never exported) let the agent resume: a new connection to the same name
+  // then costs no signature. A context per name means a ticket of one name cannot be opened
+  // for another: that connection makes a full handshake with its own leaf (issue #16; tested by
+  // TlsSessions.ASessionOfferedToAnotherNameIsNotResumedThere and the compat suite).
   return Leaf{std::move(ctx), std::chrono::system_clock::now() + std::chrono::seconds(kLeafLifetimeSeconds)};
 }
 

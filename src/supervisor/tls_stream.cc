@@ -36,7 +36,8 @@ Result<std::unique_ptr<TlsStream>> TlsStream::server(UniqueFd fd, const SslCtxPt
   return s;
 }
 
-Result<std::unique_ptr<TlsStream>> TlsStream::client(UniqueFd fd, const SslCtxPtr& ctx, const std::string& host) {
+Result<std::unique_ptr<TlsStream>> TlsStream::client(UniqueFd fd, const SslCtxPtr& ctx, const std::string& host,
+                                                     TlsSessionCache* sessions, const std::string& session_key) {
   ERR_clear_error();
   SSL* ssl = SSL_new(ctx.get());
   if (ssl == nullptr) return make_error("SSL_new: " + openssl_error());
@@ -52,6 +53,8 @@ Result<std::unique_ptr<TlsStream>> TlsStream::client(UniqueFd fd, const SslCtxPt
   } else if (SSL_set_tlsext_host_name(ssl, host.c_str()) != 1 || SSL_set1_host(ssl, host.c_str()) != 1) {
     return make_error("verify name " + host + ": " + openssl_error());
   }
+  // After the name is set: a session is only ever offered for the name it was verified for.
+  if (sessions != nullptr) TlsSessionCache::attach(ssl, sessions, session_key);
   SSL_set_connect_state(ssl);
   return s;
 }
@@ -110,7 +113,11 @@ IoResult TlsStream::call(const char* what, Op op) {
 }
 
 IoResult TlsStream::handshake() {
-  return call("TLS handshake", [this](size_t*) { return SSL_do_handshake(ssl_); });
+  auto r = call("TLS handshake", [this](size_t*) { return SSL_do_handshake(ssl_); });
+  // A resumption the server refused falls back to a full handshake inside OpenSSL; a
+  // handshake that failed outright does not offer the same session again.
+  if (r.status == IoStatus::error && !SSL_is_server(ssl_)) TlsSessionCache::failed(ssl_);
+  return r;
 }
 
 IoResult TlsStream::read(std::span<uint8_t> buf) {

@@ -18,6 +18,7 @@
 #include "common/unique_fd.h"
 #include "supervisor/byte_stream.h"
 #include "supervisor/tls_authority.h"
+#include "supervisor/tls_sessions.h"
 
 namespace soyaos::supervisor {
 
@@ -27,8 +28,11 @@ class TlsStream final : public ByteStream {
   // the handshake reads them first.
   static Result<std::unique_ptr<TlsStream>> server(UniqueFd fd, const SslCtxPtr& ctx, const std::string& prefix);
   // Client side: SNI and certificate check for `host` (a DNS name; an IP literal is checked
-  // as an address and sends no SNI).
-  static Result<std::unique_ptr<TlsStream>> client(UniqueFd fd, const SslCtxPtr& ctx, const std::string& host);
+  // as an address and sends no SNI). With `sessions` (the context TlsSessionCache::enable()d),
+  // a session cached under `session_key` is offered and the new ones are stored there.
+  static Result<std::unique_ptr<TlsStream>> client(UniqueFd fd, const SslCtxPtr& ctx, const std::string& host,
+                                                   TlsSessionCache* sessions = nullptr,
+                                                   const std::string& session_key = {});
 
   ~TlsStream() override;
 
@@ -37,6 +41,8 @@ class TlsStream final : public ByteStream {
   IoResult handshake();
   [[nodiscard]] const std::string& handshake_error() const { return error_; }
   [[nodiscard]] bool handshake_done() const { return SSL_is_init_finished(ssl_) == 1; }
+  // The handshake resumed a session (no certificate sent, no signature made).
+  [[nodiscard]] bool resumed() const { return SSL_session_reused(ssl_) == 1; }
   // The negotiated version ("TLSv1.3") and ALPN ("http/1.1" or "").
   [[nodiscard]] std::string version() const;
   [[nodiscard]] std::string alpn() const;

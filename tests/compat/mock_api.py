@@ -16,7 +16,8 @@ Routes (any Host):
   POST /echo                  answers the request body
   anything else               200 "hello from HOST PATH"
 Every request is appended to the log file as one JSON object per line (scheme, sni,
-method, path, host, authorization, x-api-key, body, alpn) so the test can check what arrived.
+method, path, host, authorization, x-api-key, body, alpn, resumed) so the test can check what
+arrived.
 """
 import argparse
 import json
@@ -62,6 +63,9 @@ class Handler(BaseHTTPRequestHandler):
             # own ClientHello offered it (a passthrough session is the agent's, issue #12).
             "alpn": self.connection.selected_alpn_protocol() if hasattr(self.connection, "selected_alpn_protocol")
             else None,
+            # Whether the TLS handshake resumed a session (the gateway's upstream side reuses
+            # its sessions per destination, issue #16).
+            "resumed": self.connection.session_reused if hasattr(self.connection, "session_reused") else None,
         })
 
     def _send(self, status, ctype, data):

@@ -390,6 +390,32 @@ TEST_F(SecretsGatewayTest, PythonClientsUseKeysTheyNeverSee) {
   EXPECT_TRUE(intercepted && passed) << r.context();
 }
 
+// TLS session resumption on both sides of an intercepted connection (issue #16): Python's ssl
+// resumes its session with the gateway for the same name, and a session of another intercepted
+// name is never resumed (each name's leaf context has its own ticket key); the gateway resumes
+// its own session with the upstream for the same host:port only — the mock saw a full handshake
+// first, then a resumed one, and a full one again for the other name on the same server.
+TEST_F(SecretsGatewayTest, TlsSessionsResumePerNameOnBothSides) {
+  auto r = run(copy_pack("secrets-python"), [] {
+    auto args = python_args();
+    args.emplace_back("tls_resumption");
+    return args;
+  }());
+  expect_results(r, {"tls_resumption"}, "ok");
+  EXPECT_EQ(r.output.exit_code, 0) << r.context();
+  std::map<std::string, json> seen;
+  for (const auto& req : api_->requests()) {
+    const std::string path = req.value("path", "");
+    if (path.find("resume-") != std::string::npos) seen[path] = req;
+  }
+  ASSERT_EQ(seen.size(), 3U) << api_->describe();
+  EXPECT_EQ(seen["/hello/resume-1"].value("resumed", true), false) << seen["/hello/resume-1"].dump();
+  EXPECT_EQ(seen["/hello/resume-2"].value("resumed", false), true) << seen["/hello/resume-2"].dump();
+  EXPECT_EQ(seen["/v1/models/resume-3"].value("resumed", true), false) << seen["/v1/models/resume-3"].dump();
+  EXPECT_EQ(seen["/v1/models/resume-3"].value("sni", ""), "api.openai.com") << seen["/v1/models/resume-3"].dump();
+  expect_key_nowhere(r);
+}
+
 TEST_F(SecretsGatewayTest, PythonRefusalsAre403sWithViolations) {
   const std::vector<std::string> checks = {"deny_wrong_method",         "deny_wrong_path",
                                            "deny_traversal",            "deny_keepalive_second",

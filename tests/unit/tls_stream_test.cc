@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "supervisor/tls_authority.h"
+#include "supervisor/tls_sessions.h"
 #include "supervisor/tls_stream.h"
 
 namespace soyaos::supervisor {
@@ -168,6 +169,132 @@ TEST(TlsStream, UpstreamVerificationChecksTheStoreAndTheName) {
     auto p = connect(**ipca, "192.0.2.7", "192.0.2.7", {iptrust});
     EXPECT_TRUE(handshake_both(*p.server, *p.client)) << p.client->handshake_error();
     std::filesystem::remove(iptrust);
+  }
+  std::filesystem::remove(trust);
+}
+
+// ---- upstream session resumption (tls_sessions.h, issue #16) ----
+
+// The server writes one byte and the client reads it: a TLS 1.3 client learns its tickets from
+// the records after the handshake, so only then is the session stored.
+void exchange_a_byte(TlsStream& server, TlsStream& client) {
+  const uint8_t x = 'x';
+  ASSERT_EQ(server.write(std::span(&x, 1)).status, IoStatus::ok);
+  uint8_t buf[16];
+  for (int i = 0; i < 50; ++i) {
+    auto r = client.read(buf);
+    if (r.status == IoStatus::ok) return;
+    ASSERT_EQ(r.status, IoStatus::would_block);
+    struct pollfd pf{client.fd(), client.wanted_events(), 0};
+    (void)::poll(&pf, 1, 50);
+  }
+  ADD_FAILURE() << "the byte never arrived";
+}
+
+struct SessionPair {
+  std::unique_ptr<TlsStream> server, client;
+  bool ok = false;
+};
+
+// A client of `cctx` (enable()d) keyed `key` in `cache`, against the leaf of `leaf_name`.
+SessionPair session_connect(TlsAuthority& ca, const SslCtxPtr& cctx, TlsSessionCache& cache,
+                            const std::string& leaf_name, const std::string& client_name, const std::string& key) {
+  auto [s, c] = socket_pair();
+  auto sctx = ca.server_context(leaf_name);
+  EXPECT_TRUE(sctx);
+  auto client = TlsStream::client(std::move(c), cctx, client_name, &cache, key);
+  auto server = TlsStream::server(std::move(s), *sctx, "");
+  EXPECT_TRUE(client && server);
+  SessionPair p{std::move(server.value()), std::move(client.value())};
+  p.ok = handshake_both(*p.server, *p.client);
+  if (p.ok) exchange_a_byte(*p.server, *p.client);
+  return p;
+}
+
+TEST(TlsSessions, UpstreamSessionsResumePerDestinationOnly) {
+  auto ca = TlsAuthority::create({"api.example.com", "other.example.com"});
+  ASSERT_TRUE(ca);
+  const std::string trust = ca_file(**ca);
+  auto cctx = upstream_client_context({trust});
+  ASSERT_TRUE(cctx);
+  TlsSessionCache::enable(cctx->get());
+  TlsSessionCache cache;
+
+  auto first = session_connect(**ca, *cctx, cache, "api.example.com", "api.example.com", "api.example.com:443");
+  ASSERT_TRUE(first.ok) << first.client->handshake_error();
+  EXPECT_FALSE(first.client->resumed());
+  EXPECT_EQ(cache.size(), 1U);  // the verified session, stored under its destination
+  // The connection ends without a close_notify from the client (an upstream that closes
+  // first): OpenSSL then marks that connection's session not resumable — the cache's copy
+  // must not be.
+  first.client.reset();
+  first.server.reset();
+
+  auto second = session_connect(**ca, *cctx, cache, "api.example.com", "api.example.com", "api.example.com:443");
+  ASSERT_TRUE(second.ok) << second.client->handshake_error();
+  EXPECT_TRUE(second.client->resumed());
+  EXPECT_TRUE(second.server->resumed());
+  EXPECT_EQ(cache.offered(), 1U);
+
+  // Another destination has nothing to offer: a full handshake, its certificate verified.
+  auto other = session_connect(**ca, *cctx, cache, "other.example.com", "other.example.com", "other.example.com:443");
+  ASSERT_TRUE(other.ok) << other.client->handshake_error();
+  EXPECT_FALSE(other.client->resumed());
+  EXPECT_EQ(cache.offered(), 1U);
+  std::filesystem::remove(trust);
+}
+
+TEST(TlsSessions, ASessionOfferedToAnotherNameIsNotResumedThere) {
+  // As if a session of api.example.com were offered for other.example.com (the agent-facing
+  // side's case: a client may offer any ticket it holds): every leaf's context has its own
+  // ticket key, so the other name's server cannot open it and makes a full handshake, whose
+  // certificate is verified for the name asked.
+  auto ca = TlsAuthority::create({"api.example.com", "other.example.com"});
+  ASSERT_TRUE(ca);
+  const std::string trust = ca_file(**ca);
+  auto cctx = upstream_client_context({trust});
+  ASSERT_TRUE(cctx);
+  TlsSessionCache::enable(cctx->get());
+  TlsSessionCache cache;
+  auto first = session_connect(**ca, *cctx, cache, "api.example.com", "api.example.com", "shared-key");
+  ASSERT_TRUE(first.ok) << first.client->handshake_error();
+  ASSERT_EQ(cache.size(), 1U);
+  auto other = session_connect(**ca, *cctx, cache, "other.example.com", "other.example.com", "shared-key");
+  ASSERT_TRUE(other.ok) << other.client->handshake_error();
+  EXPECT_EQ(cache.offered(), 1U);  // it was offered
+  EXPECT_FALSE(other.server->resumed());
+  EXPECT_FALSE(other.client->resumed());
+  std::filesystem::remove(trust);
+}
+
+TEST(TlsSessions, AFailedVerificationStoresNothingAndAFailedResumptionForgets) {
+  auto ca = TlsAuthority::create({"api.example.com", "other.example.com"});
+  ASSERT_TRUE(ca);
+  const std::string trust = ca_file(**ca);
+  {  // not trusted: the handshake fails, nothing is cached
+    auto cctx = upstream_client_context({});
+    ASSERT_TRUE(cctx);
+    TlsSessionCache::enable(cctx->get());
+    TlsSessionCache cache;
+    auto p = session_connect(**ca, *cctx, cache, "api.example.com", "api.example.com", "api.example.com:443");
+    EXPECT_FALSE(p.ok);
+    EXPECT_EQ(cache.size(), 0U);
+  }
+  {  // a verified session, then the same destination answers with a leaf for another name:
+     // the offered session is not resumed there, the full handshake fails verification, and
+     // nothing of that destination stays cached
+    auto cctx = upstream_client_context({trust});
+    ASSERT_TRUE(cctx);
+    TlsSessionCache::enable(cctx->get());
+    TlsSessionCache cache;
+    auto good = session_connect(**ca, *cctx, cache, "api.example.com", "api.example.com", "api.example.com:443");
+    ASSERT_TRUE(good.ok) << good.client->handshake_error();
+    ASSERT_EQ(cache.size(), 1U);
+    auto bad = session_connect(**ca, *cctx, cache, "other.example.com", "api.example.com", "api.example.com:443");
+    EXPECT_FALSE(bad.ok);
+    EXPECT_NE(bad.client->handshake_error().find("hostname mismatch"), std::string::npos)
+        << bad.client->handshake_error();
+    EXPECT_EQ(cache.size(), 0U);
   }
   std::filesystem::remove(trust);
 }

@@ -134,6 +134,40 @@ def check_intercepted_cert():
     return f"issuer {issuer.get('commonName')}, alpn {alpn}"
 
 
+def tls_get(ctx, host, path, session=None):
+    """One request on a new intercepted connection, offering `session` (of `ctx`): -> (status
+    line, the connection's session after the response (TLS 1.3 tickets come after the
+    handshake), whether the handshake resumed)."""
+    with socket.create_connection((host, 443), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname=host, session=session) as t:
+            t.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while True:
+                chunk = t.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            return data.split(b"\r\n")[0], t.session, t.session_reused
+
+
+def check_tls_resumption():
+    # The gateway's agent-facing side resumes a session of the same name (its ticket key never
+    # leaves the supervisor); a session of another intercepted name is not resumed there: a
+    # full handshake with that name's own leaf. (The upstream side is checked by the test,
+    # from what the mock saw.) Python offers a session only in the context it came from.
+    ctx = ssl.create_default_context()
+    anthropic, openai = host_of(ARGS.anthropic), host_of(ARGS.openai)
+    line1, s1, r1 = tls_get(ctx, anthropic, "/hello/resume-1")
+    expect(b" 200 " in line1 and not r1, (line1, r1))
+    line2, s2, r2 = tls_get(ctx, anthropic, "/hello/resume-2", s1)
+    expect(b" 200 " in line2, line2)
+    expect(r2, "the second connection to the same name was not resumed")
+    line3, _, r3 = tls_get(ctx, openai, "/v1/models/resume-3", s2)
+    expect(b" 200 " in line3, line3)
+    expect(not r3, "a session of " + anthropic + " was resumed for " + openai)
+    return "resumed for the same name, full handshake for another"
+
+
 def check_passthrough_untouched():
     # No secret, no rules: the agent's own TLS session reaches the server (its certificate,
     # and the ALPN only this ClientHello offers).
