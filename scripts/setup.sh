@@ -9,6 +9,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libseccomp-dev libcap-dev libsqlite3-dev libssl-dev libmnl-dev libnftables-dev
+  libsodium-dev             # Ed25519 signatures of the Scope checkpoints (src/moon/chain.cc)
   libgtest-dev libgmock-dev
   python3 nodejs util-linux iproute2 nftables
   python3-requests python3-httpx python3-dev  # tests/compat: clients, a C extension's headers

@@ -9,6 +9,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <sodium.h>
 
 #include <array>
 #include <cerrno>
@@ -132,13 +133,15 @@ std::string pem_of(EVP_PKEY* key, bool private_half) {
   return n > 0 ? std::string(data, static_cast<size_t>(n)) : std::string();
 }
 
+using RawKey = std::array<unsigned char, 32>;
+
 // The one layout OpenSSL writes for an Ed25519 key (RFC 8410): the PEM armour around one
 // base64 line of a fixed DER prefix (PKCS#8 for the private half, SubjectPublicKeyInfo for
-// the public one) and the 32 raw key bytes. Read directly, that is a base64 decode and
-// EVP_PKEY_new_raw_*_key; OpenSSL's PEM reader first enumerates every decoder of every
-// provider, ~2 ms of CPU for each of the two keys that every event batch's checkpoint
-// signature loads (issue #16, docs/benchmarks.md). Anything else goes to OpenSSL's reader.
-Pkey parse_canonical_ed25519(const std::string& pem, bool private_half) {
+// the public one) and the 32 raw key bytes (the private seed, or the public key). Read
+// directly, that is a base64 decode; OpenSSL's PEM reader first enumerates every decoder of
+// every provider, ~2 ms of CPU for each of the two keys that every process that stores
+// events loads (issue #16, docs/benchmarks.md). Anything else goes to OpenSSL's reader.
+std::optional<RawKey> parse_canonical_ed25519(const std::string& pem, bool private_half) {
   static constexpr unsigned char kPkcs8[] = {0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06,
                                              0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20};
   static constexpr unsigned char kSpki[] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
@@ -147,39 +150,49 @@ Pkey parse_canonical_ed25519(const std::string& pem, bool private_half) {
   const std::string_view text(pem);
   if (text.size() <= head.size() + tail.size() || text.substr(0, head.size()) != head ||
       text.substr(text.size() - tail.size()) != tail) {
-    return nullptr;
+    return std::nullopt;
   }
   auto der = unbase64(text.substr(head.size(), text.size() - head.size() - tail.size()));
   const unsigned char* prefix = private_half ? kPkcs8 : kSpki;
   const size_t prefix_size = private_half ? sizeof kPkcs8 : sizeof kSpki;
-  if (!der || der->size() != prefix_size + 32 || std::memcmp(der->data(), prefix, prefix_size) != 0) return nullptr;
-  const unsigned char* raw = der->data() + prefix_size;
-  Pkey key(private_half ? EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, raw, 32)
-                        : EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw, 32));
+  if (!der) return std::nullopt;
+  std::optional<RawKey> raw;
+  if (der->size() == prefix_size + 32 && std::memcmp(der->data(), prefix, prefix_size) == 0) {
+    raw.emplace();
+    std::memcpy(raw->data(), der->data() + prefix_size, raw->size());
+  }
   OPENSSL_cleanse(der->data(), der->size());
-  return key;
+  return raw;
 }
 
-Result<Pkey> parse_pem(const std::string& pem, bool private_half, const fs::path& where) {
-  if (Pkey fast = parse_canonical_ed25519(pem, private_half)) return fast;
+// The raw key bytes (the private seed, or the public key) of `key`.
+std::optional<RawKey> raw_of(EVP_PKEY* key, bool private_half) {
+  RawKey raw{};
+  size_t len = raw.size();
+  const int ok = private_half ? EVP_PKEY_get_raw_private_key(key, raw.data(), &len)
+                              : EVP_PKEY_get_raw_public_key(key, raw.data(), &len);
+  if (ok != 1 || len != raw.size()) return std::nullopt;
+  return raw;
+}
+
+// The 32 raw bytes of an Ed25519 PEM key: the seed of a private key, or a public key.
+Result<RawKey> parse_pem(const std::string& pem, bool private_half, const fs::path& where) {
+  if (auto fast = parse_canonical_ed25519(pem, private_half)) return *fast;
   Bio mem(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   if (!mem) return make_error("read " + where.string() + ": out of memory", ENOMEM);
   Pkey key(private_half ? PEM_read_bio_PrivateKey(mem.get(), nullptr, nullptr, nullptr)
                         : PEM_read_bio_PUBKEY(mem.get(), nullptr, nullptr, nullptr));
   if (!key) return make_error(where.string() + " is not a PEM " + (private_half ? "private" : "public") + " key");
   if (EVP_PKEY_get_id(key.get()) != EVP_PKEY_ED25519) return make_error(where.string() + " is not an Ed25519 key");
-  return key;
+  auto raw = raw_of(key.get(), private_half);
+  if (!raw) return make_error(where.string() + ": OpenSSL did not give the raw Ed25519 key");
+  return *raw;
 }
 
-// The raw 32 public key bytes.
-std::string raw_public(EVP_PKEY* key) {
-  std::array<unsigned char, 64> buf{};
-  size_t len = buf.size();
-  if (EVP_PKEY_get_raw_public_key(key, buf.data(), &len) != 1) return "";
-  return {reinterpret_cast<const char*>(buf.data()), len};
+std::string key_id_of(const RawKey& public_key) {
+  return "ed25519:" + sha256_hex(std::string_view(reinterpret_cast<const char*>(public_key.data()), public_key.size()))
+                          .substr(0, 16);
 }
-
-std::string key_id_of(EVP_PKEY* key) { return "ed25519:" + sha256_hex(raw_public(key)).substr(0, 16); }
 
 // Opens an existing key file, refusing one that is not ours alone (it signs the record).
 Result<std::string> read_private_file(const fs::path& p) {
@@ -226,12 +239,38 @@ std::string checkpoint_message(int64_t seq, std::string_view hash, std::string_v
   return m;
 }
 
+// Signing is libsodium's Ed25519 (issue #16): OpenSSL signs only through EVP, whose first
+// use in a process initialises its providers and name maps, ~6 M instructions (~2.5 ms of
+// CPU) in every process that stores an event. Ed25519 is deterministic (RFC 8032): the
+// same key and message give the same signature either way, and verify() still checks with
+// OpenSSL, as a third party does (docs/events.md).
 struct MoonKey::Impl {
-  Pkey key;
+  RawKey public_key{};
+  std::array<unsigned char, crypto_sign_ed25519_SECRETKEYBYTES> secret{};  // seed || public key
   bool has_private = false;
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() { sodium_memzero(secret.data(), secret.size()); }
 };
 
-MoonKey::MoonKey(std::unique_ptr<Impl> impl) : impl_(std::move(impl)), id_(key_id_of(impl_->key.get())) {}
+namespace {
+
+// The key pair of a private seed (libsodium's own key derivation) into a MoonKey::Impl.
+template <class KeyImpl>
+Status set_private(KeyImpl& impl, RawKey& seed) {
+  // Idempotent and thread-safe; -1 only when libsodium cannot run at all.
+  if (sodium_init() < 0) return make_error("initialise libsodium for the Moon's signing key");
+  const int rc = crypto_sign_ed25519_seed_keypair(impl.public_key.data(), impl.secret.data(), seed.data());
+  sodium_memzero(seed.data(), seed.size());
+  if (rc != 0) return make_error("derive the Moon's Ed25519 key pair: libsodium refused");
+  impl.has_private = true;
+  return {};
+}
+
+}  // namespace
+
+MoonKey::MoonKey(std::unique_ptr<Impl> impl) : impl_(std::move(impl)), id_(key_id_of(impl_->public_key)) {}
 MoonKey::MoonKey(MoonKey&&) noexcept = default;
 MoonKey& MoonKey::operator=(MoonKey&&) noexcept = default;
 MoonKey::~MoonKey() = default;
@@ -240,20 +279,24 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
   const fs::path key_file = home / "moon.key";
   const fs::path pub_file = home / "moon.pub";
   auto impl = std::make_unique<Impl>();
-  impl->has_private = true;
   auto existing = read_private_file(key_file);
   if (!existing && existing.error().err != ENOENT) return existing.error();
+  Pkey created;  // a new key: OpenSSL generates and encodes it (once per home)
   if (existing) {
-    auto k = parse_pem(*existing, true, key_file);
-    if (!k) return k.error();
-    impl->key = std::move(k.value());
+    auto seed = parse_pem(*existing, true, key_file);
+    OPENSSL_cleanse(existing->data(), existing->size());
+    if (!seed) return seed.error();
+    if (auto s = set_private(*impl, *seed); !s) return s.error();
   } else {
     std::unique_ptr<EVP_PKEY_CTX, PkeyCtxFree> ctx(EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nullptr));
     EVP_PKEY* raw = nullptr;
     if (!ctx || EVP_PKEY_keygen_init(ctx.get()) != 1 || EVP_PKEY_keygen(ctx.get(), &raw) != 1) {
       return make_error("generate the Moon's Ed25519 key: OpenSSL refused");
     }
-    impl->key.reset(raw);
+    created.reset(raw);
+    auto seed = raw_of(raw, true);
+    if (!seed) return make_error("generate the Moon's Ed25519 key: OpenSSL did not give the raw key");
+    if (auto s = set_private(*impl, *seed); !s) return s.error();
     const std::string pem = pem_of(raw, true);
     if (pem.empty()) return make_error("encode the Moon's Ed25519 key: OpenSSL refused");
     auto tmp = write_temp(home, "moon.key", pem, 0600);
@@ -274,12 +317,17 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
   if (*pub) {
     auto k = parse_pem(**pub, false, pub_file);
     if (!k) return k.error();
-    if (raw_public(k->get()) != raw_public(impl->key.get())) {
+    if (*k != impl->public_key) {
       return make_error(pub_file.string() + " is not the public half of " + key_file.string() +
                         ": one of them was replaced", EINVAL);
     }
   } else {
-    const std::string pub_pem = pem_of(impl->key.get(), false);
+    // Only a key created now or a moon.pub deleted since: OpenSSL encodes it.
+    if (!created) {
+      created.reset(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, impl->public_key.data(),
+                                                impl->public_key.size()));
+    }
+    const std::string pub_pem = created ? pem_of(created.get(), false) : std::string();
     if (pub_pem.empty()) return make_error("encode the Moon's Ed25519 public key: OpenSSL refused");
     auto tmp = write_temp(home, "moon.pub", pub_pem, 0644);
     if (!tmp) return tmp.error();
@@ -301,7 +349,7 @@ Result<std::optional<MoonKey>> MoonKey::load_public(const fs::path& home) {
   auto k = parse_pem(**pub, false, pub_file);
   if (!k) return k.error();
   auto impl = std::make_unique<Impl>();
-  impl->key = std::move(k.value());
+  impl->public_key = *k;
   return std::optional<MoonKey>(MoonKey(std::move(impl)));
 }
 
@@ -312,29 +360,30 @@ Result<MoonKey> MoonKey::public_from_file(const fs::path& pem) {
   auto k = parse_pem(**text, false, pem);
   if (!k) return k.error();
   auto impl = std::make_unique<Impl>();
-  impl->key = std::move(k.value());
+  impl->public_key = *k;
   return MoonKey(std::move(impl));
 }
 
 Result<Checkpoint> MoonKey::sign(int64_t seq, const std::string& hash, const std::string& time) const {
   if (!impl_->has_private) return make_error("sign a checkpoint: only the Moon's public key is loaded");
   const std::string msg = checkpoint_message(seq, hash, time);
-  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
-  std::array<unsigned char, 64> sig{};
-  size_t len = sig.size();
-  if (!ctx || EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, impl_->key.get()) != 1 ||
-      EVP_DigestSign(ctx.get(), sig.data(), &len, reinterpret_cast<const unsigned char*>(msg.data()), msg.size()) != 1) {
-    return make_error("sign a Scope checkpoint with the Moon's key: OpenSSL refused");
+  std::array<unsigned char, crypto_sign_ed25519_BYTES> sig{};
+  unsigned long long len = 0;
+  if (crypto_sign_ed25519_detached(sig.data(), &len, reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
+                                   impl_->secret.data()) != 0 ||
+      len != sig.size()) {
+    return make_error("sign a Scope checkpoint with the Moon's key: libsodium refused");
   }
-  return Checkpoint{seq, hash, time, id_, base64(sig.data(), len)};
+  return Checkpoint{seq, hash, time, id_, base64(sig.data(), sig.size())};
 }
 
 bool MoonKey::verify(const Checkpoint& cp) const {
   auto sig = unbase64(cp.signature);
   if (!sig) return false;
   const std::string msg = checkpoint_message(cp.seq, cp.hash, cp.time);
+  Pkey key(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, impl_->public_key.data(), impl_->public_key.size()));
   std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
-  return ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, impl_->key.get()) == 1 &&
+  return key && ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) == 1 &&
          EVP_DigestVerify(ctx.get(), sig->data(), sig->size(), reinterpret_cast<const unsigned char*>(msg.data()),
                           msg.size()) == 1;
 }

@@ -6,11 +6,14 @@
 
 #include <fstream>
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <iterator>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -288,6 +291,62 @@ TEST(MoonChain, KeyFilesInAnyPemLayoutAreTheSameKey) {
   EXPECT_TRUE(first->verify(*cp));
   std::ofstream(t.path() / "moon.pub", std::ios::trunc) << "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n";
   EXPECT_FALSE(chain::MoonKey::load_or_create(t.path()));
+}
+
+// Checkpoints are signed with libsodium (issue #16: no OpenSSL provider start-up in every
+// process that stores events) and verified with OpenSSL, as a third party does: the signature
+// must be byte for byte the one OpenSSL makes with moon.key (Ed25519 is deterministic), for a
+// key OpenSSL generated and for one read back, and a moon.pub deleted since is written again
+// as the same public key.
+TEST(MoonChain, SignaturesAreOpenSslsOwnForTheSameKey) {
+  TmpDir t;
+  auto created = chain::MoonKey::load_or_create(t.path());
+  ASSERT_TRUE(created) << created.error().describe();
+  auto loaded = chain::MoonKey::load_or_create(t.path());
+  ASSERT_TRUE(loaded) << loaded.error().describe();
+  EXPECT_EQ(loaded->id(), created->id());
+
+  std::ifstream key_in(t.path() / "moon.key");
+  const std::string pem((std::istreambuf_iterator<char>(key_in)), std::istreambuf_iterator<char>());
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  ASSERT_NE(bio, nullptr);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  ASSERT_NE(key, nullptr);
+  for (int64_t seq : {1, 2, 1000}) {
+    const std::string hash = sha256_hex("event " + std::to_string(seq));
+    const std::string time = "2026-12-01T00:00:0" + std::to_string(seq % 10) + ".000000Z";
+    const std::string msg = chain::checkpoint_message(seq, hash, time);
+    unsigned char sig[64];
+    size_t len = sizeof sig;
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    ASSERT_EQ(EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, key), 1);
+    ASSERT_EQ(EVP_DigestSign(ctx, sig, &len, reinterpret_cast<const unsigned char*>(msg.data()), msg.size()), 1);
+    EVP_MD_CTX_free(ctx);
+    unsigned char b64[89];
+    ASSERT_EQ(EVP_EncodeBlock(b64, sig, static_cast<int>(len)), 88);
+    for (const auto* k : {&*created, &*loaded}) {
+      auto cp = k->sign(seq, hash, time);
+      ASSERT_TRUE(cp) << cp.error().describe();
+      EXPECT_EQ(cp->signature, std::string(reinterpret_cast<const char*>(b64), 88)) << seq;
+      EXPECT_EQ(cp->key_id, created->id());
+      EXPECT_TRUE(created->verify(*cp));
+      auto forged = *cp;
+      forged.seq += 1;
+      EXPECT_FALSE(created->verify(forged));
+    }
+  }
+  EVP_PKEY_free(key);
+
+  std::ifstream pub_in(t.path() / "moon.pub");
+  const std::string pub((std::istreambuf_iterator<char>(pub_in)), std::istreambuf_iterator<char>());
+  fs::remove(t.path() / "moon.pub");
+  auto again = chain::MoonKey::load_or_create(t.path());
+  ASSERT_TRUE(again) << again.error().describe();
+  std::ifstream rewritten_in(t.path() / "moon.pub");
+  const std::string rewritten((std::istreambuf_iterator<char>(rewritten_in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rewritten, pub);
+  EXPECT_EQ(again->id(), created->id());
 }
 
 TEST(MoonChain, TenWriterProcessesKeepOneValidChain) {
