@@ -173,8 +173,7 @@ std::string check_out_dir(const fs::path& dir) {
 // Whether this pack's /workdir/out is collected at all (declared in fs.write): only then
 // does the default ./soyaos-out/RUN_ID need to be creatable. An invalid manifest: true
 // (run_pack reports the manifest; checking a directory never hurts).
-bool pack_collects_out(const fs::path& pack_dir) {
-  auto loaded = manifest::load_pack(pack_dir);
+bool pack_collects_out(const manifest::LoadResult& loaded) {
   if (!loaded.manifest) return true;
   for (const auto& w : loaded.manifest->capabilities.fs_write) {
     if (manifest::path_covers(w.path, "/workdir/out")) return true;
@@ -251,6 +250,8 @@ void run(const RunArgs& a, CliContext& ctx) {
     return;
   }
   // Usage checks, before anything starts (T6, T7): exit 2, nothing run, nothing touched.
+  // The manifest is read once for them (issue #16); run_pack reads and reports it itself.
+  const auto loaded = manifest::load_pack(req.pack_dir);
   for (const auto& in : a.inputs) req.options.inputs.push_back(policy::parse_input_arg(in));
   if (auto targets = policy::input_targets(req.options.inputs); !targets) {
     std::fprintf(stderr, "soyaos: %s\n", targets.error().describe().c_str());
@@ -264,7 +265,7 @@ void run(const RunArgs& a, CliContext& ctx) {
       return;
     }
     req.options.out = a.out;
-  } else if (pack_collects_out(req.pack_dir)) {
+  } else if (pack_collects_out(loaded)) {
     // The default ./soyaos-out/RUN_ID is new by construction; ./soyaos-out must be usable.
     if (auto why = check_out_dir(fs::path("soyaos-out") / "RUN_ID"); !why.empty()) {
       std::fprintf(stderr, "soyaos: the default --out, %s; give --out DIR\n", why.c_str());
@@ -275,7 +276,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   // Secrets (C11): a --secret the manifest does not declare is a usage error (2); a value
   // that cannot be found stops the run before anything starts (125), naming the secret and
   // how to supply it. An invalid manifest is run_pack's to report.
-  if (auto loaded = manifest::load_pack(req.pack_dir); loaded.manifest) {
+  if (loaded.manifest) {
     auto resolved = resolve_secrets(*loaded.manifest, a.secrets, *home);
     if (resolved.exit_code != 0) {
       std::fprintf(stderr, "soyaos: %s\n", resolved.error.c_str());
