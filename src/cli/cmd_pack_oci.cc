@@ -15,6 +15,7 @@
 #include "cli/remote_packs.h"
 #include "common/digest.h"
 #include "common/text.h"
+#include "common/unique_fd.h"
 #include "lint/report.h"
 #include "moon/backend.h"
 #include "oci/client.h"
@@ -145,9 +146,12 @@ int remote_pull(const std::string& ref_text, const std::string& out_in, bool app
   if (!pack) return fail("pack pull", pack.error().describe());
   if (!print_gate(remote_pack_gate({*pack, &*client, GateUse::pull, approve, *home}))) return 1;
   oci::RemoteStore store(*home);
-  if (auto st = store.fetch(*client, *pack); !st) return fail("pack pull", st.error().describe());
+  UniqueFd layer;  // the layer as downloaded now, hashed as it arrived: not hashed again
+  if (auto st = store.fetch(*client, *pack, &layer); !st) return fail("pack pull", st.error().describe());
   const std::string out = out_in.empty() ? pack->name : out_in;
-  if (auto st = store.extract(*pack, out); !st) return fail("pack pull", ref->str() + ": " + st.error().describe());
+  if (auto st = store.extract(*pack, out, layer.get()); !st) {
+    return fail("pack pull", ref->str() + ": " + st.error().describe());
+  }
   std::printf("pulled  %s  %s  -> %s\n", ref->str().c_str(), pack->manifest_digest.c_str(), out.c_str());
   std::printf("  pack     %s@%s  archive %s  (%llu bytes)\n", pack->name.c_str(),
               escape_for_terminal(pack->version).c_str(), pack->layer.digest.c_str(),
@@ -269,8 +273,9 @@ RemoteDir remote_pack_dir(const fs::path& home, const std::string& text) {
     out.error = gate.message;
     return out;
   }
+  UniqueFd layer;  // set when the layer was downloaded now (verified as it arrived)
   if (client) {
-    if (auto st = store.fetch(*client, *pack); !st) {
+    if (auto st = store.fetch(*client, *pack, &layer); !st) {
       out.error = st.error().describe();
       return out;
     }
@@ -291,7 +296,7 @@ RemoteDir remote_pack_dir(const fs::path& home, const std::string& text) {
   fs::create_directories(dir.parent_path(), ec);
   const fs::path staging = dir.parent_path() / ("staging-" + std::to_string(::getpid()));
   fs::remove_all(staging, ec);
-  if (auto st = store.extract(*pack, staging); !st) {
+  if (auto st = store.extract(*pack, staging, layer.get()); !st) {
     out.error = ref->str() + ": " + st.error().describe();
     return out;
   }

@@ -253,16 +253,29 @@ Result<std::string> digest_fd(int fd) {
 }
 
 Result<std::string> extract_archive(int fd, const fs::path& dest) {
+  auto info = extract_archive_info(fd, dest);
+  if (!info) return info.error();
+  return info->digest;
+}
+
+Result<ArchiveInfo> extract_archive_info(int fd, const fs::path& dest, bool hash_archive) {
   UniqueFd root(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!root) return errno_error("open " + dest.string());
   Sha256 hash;
+  Sha256 tree;  // as write_archive computes it, from the entries in archive order
+  uint64_t total = 0;
   std::vector<char> buf(kBuf);
   auto read_hashed = [&](char* p, size_t n) -> Status {
     auto got = read_full(fd, p, n);
     if (!got) return got.error();
-    hash.update(std::string_view(p, *got));
+    if (hash_archive) hash.update(std::string_view(p, *got));
+    total += *got;
     if (*got != n) return make_error("archive is truncated");
     return {};
+  };
+  auto tree_line = [&](const std::string& line) {
+    tree.update(line);
+    tree.update("\n");
   };
   // What was extracted, to check the symlinks against once every entry is known.
   std::vector<PackEntry> entries;
@@ -293,6 +306,7 @@ Result<std::string> extract_archive(int fd, const fs::path& dest) {
       if (!d) return d.error();
       if (::fchmod(d->get(), 0755) != 0) return errno_error("chmod " + path);
       entries.push_back({path, PackEntry::Type::dir, false, 0, {}});
+      tree_line(path + '\0' + "dir");
       continue;
     }
     if (type != '0' && type != '\0' && type != '2')
@@ -312,6 +326,7 @@ Result<std::string> extract_archive(int fd, const fs::path& dest) {
       if (*size != 0 || target.empty()) return make_error("archive: malformed symlink entry '" + path + "'");
       if (::symlinkat(target.c_str(), parent->get(), leaf.c_str()) != 0) return errno_error("symlink " + path);
       entries.push_back({path, PackEntry::Type::symlink, false, 0, target});
+      tree_line(path + '\0' + "symlink" + '\0' + target);
       continue;
     }
     entries.push_back({path, PackEntry::Type::file, (*mode & 0111) != 0, *size, {}});
@@ -319,13 +334,16 @@ Result<std::string> extract_archive(int fd, const fs::path& dest) {
     UniqueFd out(::openat(parent->get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, m));
     if (!out) return errno_error("create " + path);
     if (::fchmod(out.get(), m) != 0) return errno_error("chmod " + path);
+    Sha256 content;
     uint64_t left = *size;
     while (left > 0) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
       if (auto s = read_hashed(buf.data(), n); !s) return s.error();
+      content.update(std::string_view(buf.data(), n));
       if (auto s = write_all(out.get(), buf.data(), n); !s) return s.error();
       left -= n;
     }
+    tree_line(path + '\0' + ((*mode & 0111) != 0 ? "exec" : "file") + '\0' + content.hex());
     if (size_t pad = (kBlock - *size % kBlock) % kBlock; pad > 0) {
       if (auto s = read_hashed(buf.data(), pad); !s) return s.error();
     }
@@ -336,9 +354,10 @@ Result<std::string> extract_archive(int fd, const fs::path& dest) {
     auto n = read_full(fd, buf.data(), buf.size());
     if (!n) return n.error();
     if (*n == 0) break;
-    hash.update(std::string_view(buf.data(), *n));
+    if (hash_archive) hash.update(std::string_view(buf.data(), *n));
+    total += *n;
   }
-  return "sha256:" + hash.hex();
+  return ArchiveInfo{hash_archive ? "sha256:" + hash.hex() : std::string(), total, "sha256:" + tree.hex()};
 }
 
 }  // namespace soyaos::moon

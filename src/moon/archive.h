@@ -58,6 +58,15 @@ Result<ArchiveInfo> write_archive(const std::filesystem::path& root, int fd);
 // on any failure.
 Result<std::string> extract_archive(int fd, const std::filesystem::path& dest);
 
+// As extract_archive, and also the size read and the tree digest of what was extracted,
+// computed from the entries as they are written, exactly as write_archive computes it (so
+// equal to common/digest.h tree_digest(dest) for any archive write_archive produced; an
+// archive with other entries or another order gives another digest). With hash_archive
+// false the archive's own digest is not computed ("" — for an fd its caller has just
+// verified as the bytes arrived): the bytes are then hashed once, per file, for the tree.
+// Callers that unpack a stored pack use moon/unpack.h, which adds the digest checks.
+Result<ArchiveInfo> extract_archive_info(int fd, const std::filesystem::path& dest, bool hash_archive = true);
+
 // Hashes the whole of `fd` from its current offset: "sha256:HEX".
 Result<std::string> digest_fd(int fd);
 

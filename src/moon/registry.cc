@@ -21,6 +21,7 @@
 #include "common/unique_fd.h"
 #include "manifest/rules.h"
 #include "moon/archive.h"
+#include "moon/unpack.h"
 #include "scope/events.h"
 
 namespace soyaos::moon {
@@ -374,53 +375,18 @@ Result<PackRecord> Registry::get(const PackRef& ref) {
 Result<PackRecord> Registry::pull(const PackRef& ref, const fs::path& dest_in) {
   auto rec = get(ref);
   if (!rec) return rec.error();
-  std::error_code ec;
-  const fs::path dest = fs::absolute(dest_in, ec).lexically_normal();
-  if (ec) return make_error("resolve " + dest_in.string(), ec.value());
-  const fs::path target = dest.filename().empty() ? dest.parent_path() : dest;
-  struct stat st {};
-  if (::lstat(target.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return make_error("pull " + ref.str() + ": " + dest_in.string() + " exists and is not a directory");
-    if (!fs::is_empty(target, ec) || ec)
-      return make_error("pull " + ref.str() + ": " + dest_in.string() + " exists and is not empty (refusing to extract into it)");
-  } else if (errno != ENOENT) {
-    return errno_error("stat " + dest_in.string());
-  }
-  fs::create_directories(target.parent_path(), ec);
-  if (ec) return make_error("create " + target.parent_path().string(), ec.value());
-
   const fs::path blob = blob_path(home_, rec->digest);
   UniqueFd fd(::open(blob.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return errno_error("blob " + rec->digest + " of " + ref.str() + " cannot be read: open " + blob.string());
-
-  const fs::path staging = target.parent_path() / ("." + target.filename().string() + ".pull" + temp_name());
-  if (::mkdir(staging.c_str(), 0700) != 0) return errno_error("mkdir " + staging.string());
-  struct StagingGuard {
-    const fs::path& p;
-    bool keep = false;
-    ~StagingGuard() {
-      std::error_code e;
-      if (!keep) fs::remove_all(p, e);
-    }
-  } guard{staging};
-
-  auto tampered = [&](const std::string& got) {
-    return make_error("blob " + rec->digest + " of " + ref.str() + " does not match its digest (its content hashes to " +
-                      got + "): refused; the registry copy at " + blob.string() + " is corrupt or was tampered with");
-  };
-  auto got = extract_archive(fd.get(), staging);
-  if (!got) {
-    // A malformed archive is most likely a modified blob: say so when the digest disagrees.
-    if (::lseek(fd.get(), 0, SEEK_SET) == 0) {
-      if (auto whole = digest_fd(fd.get()); whole && *whole != rec->digest) return tampered(*whole);
-    }
-    return make_error("pull " + ref.str() + ": " + got.error().describe());
-  }
-  if (*got != rec->digest) return tampered(*got);
-  if (::chmod(staging.c_str(), 0755) != 0) return errno_error("chmod " + staging.string());
-  if (::rename(staging.c_str(), target.c_str()) != 0)
-    return errno_error("pull " + ref.str() + ": move the extracted pack to " + dest_in.string());
-  guard.keep = true;
+  // moon/unpack.h: size and digest verified before anything is unpacked, the tree digest
+  // after, nothing left at dest_in on failure (the same checks as a registry pack's pull).
+  UnpackExpect expect;
+  expect.what = "blob " + rec->digest + " of " + ref.str() + " (" + blob.string() + ")";
+  expect.digest = rec->digest;
+  expect.size = static_cast<uint64_t>(rec->size);
+  expect.size_known = rec->size > 0;
+  expect.tree_digest = rec->tree_digest;
+  if (auto s = unpack_archive(fd.get(), expect, dest_in); !s) return make_error("pull " + ref.str() + ": " + s.error().describe());
   return *rec;
 }
 

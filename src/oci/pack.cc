@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include "common/unique_fd.h"
 #include "moon/archive.h"
 #include "moon/registry.h"
+#include "moon/unpack.h"
 #include "scope/events.h"
 
 namespace soyaos::oci {
@@ -298,7 +298,7 @@ Result<std::optional<RemotePack>> RemoteStore::lookup(const Reference& ref) {
   return std::optional<RemotePack>(std::move(p));
 }
 
-Status RemoteStore::fetch(Client& client, const RemotePack& pack) {
+Status RemoteStore::fetch(Client& client, const RemotePack& pack, UniqueFd* verified_layer) {
   const fs::path layer = blob_path(pack.layer.digest);
   if (::access(layer.c_str(), F_OK) != 0) {
     std::error_code ec;
@@ -307,6 +307,7 @@ Status RemoteStore::fetch(Client& client, const RemotePack& pack) {
     const fs::path tmp = layer.parent_path() / temp_suffix();
     UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (!fd) return errno_error("create " + tmp.string());
+    // Hashed as it arrives and verified (size and digest) before it is named or unpacked.
     Status s = client.get_blob_to_fd(pack.ref.repository, pack.layer, fd.get());
     if (s && ::fsync(fd.get()) != 0) s = errno_error("fsync " + tmp.string());
     if (s && ::rename(tmp.c_str(), layer.c_str()) != 0) s = errno_error("rename " + tmp.string());
@@ -314,6 +315,7 @@ Status RemoteStore::fetch(Client& client, const RemotePack& pack) {
       (void)::unlink(tmp.c_str());
       return s;
     }
+    if (verified_layer != nullptr) *verified_layer = std::move(fd);
   }
   if (auto s = store_blob(pack.config.digest, pack.config_bytes); !s) return s;
   if (auto s = store_blob(pack.manifest_digest, pack.manifest_bytes); !s) return s;
@@ -375,57 +377,26 @@ std::vector<std::string> RemoteStore::repositories_holding(const std::string& re
   return out;
 }
 
-Status RemoteStore::extract(const RemotePack& pack, const fs::path& dest_in) {
-  std::error_code ec;
-  const fs::path dest = fs::absolute(dest_in, ec).lexically_normal();
-  if (ec) return make_error("resolve " + dest_in.string(), ec.value());
-  const fs::path target = dest.filename().empty() ? dest.parent_path() : dest;
-  struct stat st {};
-  bool existed = false;
-  if (::lstat(target.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return make_error(dest_in.string() + " exists and is not a directory");
-    if (!fs::is_empty(target, ec) || ec) return make_error(dest_in.string() + " exists and is not empty (refusing to extract into it)");
-    existed = true;
-  } else if (errno != ENOENT) {
-    return errno_error("stat " + dest_in.string());
-  }
-  fs::create_directories(target.parent_path(), ec);
-  if (ec) return make_error("create " + target.parent_path().string(), ec.value());
+Status RemoteStore::extract(const RemotePack& pack, const fs::path& dest, int verified_fd) {
+  UniqueFd opened;
+  int fd = verified_fd;
   const fs::path blob = blob_path(pack.layer.digest);
-  UniqueFd fd(::open(blob.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return errno_error("open " + blob.string());
-  // Verified before anything is unpacked: the whole blob is hashed first.
-  auto whole = moon::digest_fd(fd.get());
-  if (!whole) return whole.error();
-  if (*whole != pack.layer.digest) {
-    return make_error("the stored layer " + blob.string() + " hashes to " + *whole + ", not " + pack.layer.digest +
-                      "; refused (pull again)");
+  if (fd < 0) {
+    opened = UniqueFd(::open(blob.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!opened) return errno_error("open " + blob.string());
+    fd = opened.get();
   }
-  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return errno_error("seek " + blob.string());
-  const fs::path staging = target.parent_path() / ("." + target.filename().string() + ".pull" + temp_suffix());
-  if (::mkdir(staging.c_str(), 0700) != 0) return errno_error("mkdir " + staging.string());
-  struct Guard {
-    const fs::path& p;
-    bool keep = false;
-    ~Guard() {
-      std::error_code e;
-      if (!keep) fs::remove_all(p, e);
-    }
-  } guard{staging};
-  auto got = moon::extract_archive(fd.get(), staging);
-  if (!got) return make_error("extract " + pack.ref.str() + ": " + got.error().describe());
-  if (*got != pack.layer.digest) return make_error("the layer changed while it was extracted; refused");
-  auto tree = tree_digest(staging);
-  if (!tree) return tree.error();
-  if (*tree != pack.tree_digest) {
-    return make_error("the extracted pack's tree digest is " + *tree + ", not the " + pack.tree_digest +
-                      " its config names; refused");
-  }
-  (void)::chmod(staging.c_str(), 0755);
-  if (existed && ::rmdir(target.c_str()) != 0) return errno_error("rmdir " + target.string());
-  if (::rename(staging.c_str(), target.c_str()) != 0) return errno_error("rename " + staging.string() + " to " + target.string());
-  guard.keep = true;
-  return {};
+  // moon/unpack.h: the same checks as the local registry's pull. A stored layer is hashed
+  // before anything is unpacked (it may have changed since it was pulled); one this
+  // process has just downloaded was hashed as it arrived and is not read twice.
+  moon::UnpackExpect expect;
+  expect.what = "the layer " + pack.layer.digest + " of " + pack.ref.str() + " (" + blob.string() + ")";
+  expect.digest = pack.layer.digest;
+  expect.size = pack.layer.size;
+  expect.size_known = true;
+  expect.tree_digest = pack.tree_digest;
+  expect.verified = verified_fd >= 0;
+  return moon::unpack_archive(fd, expect, dest);
 }
 
 }  // namespace soyaos::oci

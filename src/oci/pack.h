@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "common/unique_fd.h"
 #include "lint/lint.h"
 #include "manifest/manifest.h"
 #include "oci/client.h"
@@ -71,11 +72,13 @@ class RemoteStore {
   // from the stored blobs and verified; nullopt when REF was never pulled.
   Result<std::optional<RemotePack>> lookup(const Reference& ref);
   // Downloads the layer (unless stored), verified, then stores manifest and config and
-  // records REF -> manifest digest.
-  Status fetch(Client& client, const RemotePack& pack);
-  // Extracts the stored layer into `dest` (new or empty), verified by digest first and by
-  // tree digest after; nothing is left at `dest` on failure.
-  Status extract(const RemotePack& pack, const std::filesystem::path& dest);
+  // records REF -> manifest digest. When it downloaded the layer and `verified_layer` is
+  // given, the fd it hashed as the bytes arrived is handed over (for extract()).
+  Status fetch(Client& client, const RemotePack& pack, UniqueFd* verified_layer = nullptr);
+  // Extracts the stored layer into `dest` (new or empty) with moon/unpack.h: size and
+  // digest verified first (not again for `verified_fd`, an fd fetch() handed over), tree
+  // digest while unpacking; nothing is left at `dest` on failure.
+  Status extract(const RemotePack& pack, const std::filesystem::path& dest, int verified_fd = -1);
   // The repositories of `registry` that records say hold `digest` (mount sources).
   std::vector<std::string> repositories_holding(const std::string& registry, const std::string& digest);
   // Records a push (REF -> manifest) so a later push can mount from it and run REF works.
