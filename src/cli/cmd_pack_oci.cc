@@ -312,11 +312,21 @@ RemoteDir remote_pack_dir(const fs::path& home, const std::string& text) {
 
 Result<json> remote_list(const fs::path& home) {
   oci::RemoteStore store(home);
-  auto recorded = store.recorded();
-  if (!recorded) return recorded.error();
   json out = json::array();
+  auto recorded = store.recorded();
+  if (!recorded) {
+    // The index itself is unreadable: one row that says so, after the Moon's own packs.
+    out.push_back({{"reference", (home / "remote" / "refs.json").string()}, {"digest", ""},
+                   {"error", recorded.error().describe()}});
+    return out;
+  }
   for (const auto& r : *recorded) {
     json e = {{"reference", r.reference}, {"digest", r.manifest_digest}};
+    if (!r.error.empty()) {  // a damaged entry: named, the others still listed
+      e["error"] = r.error;
+      out.push_back(std::move(e));
+      continue;
+    }
     std::string why;
     auto ref = oci::parse_reference(r.reference, why);
     auto pack = ref ? store.lookup(*ref) : Result<std::optional<oci::RemotePack>>(make_error(why));
@@ -332,9 +342,14 @@ Result<json> remote_list(const fs::path& home) {
     e["tree_digest"] = p.tree_digest;
     e["recorded_at"] = r.at;
     auto consent = consent_summary(p, home);
-    if (!consent) return consent.error();
+    if (!consent) {
+      e["error"] = "consent: " + consent.error().describe();
+      out.push_back(std::move(e));
+      continue;
+    }
     e["approved"] = consent->approved;
     e["runs"] = consent->runs;
+    e["signature"] = consent->signature;
     e["consent"] = consent->state;
     out.push_back(std::move(e));
   }

@@ -133,8 +133,9 @@ int run_list(const std::string& format) {
     const std::string pack = e.contains("error") ? "error: " + e["error"].get<std::string>()
                                                  : e["name"].get<std::string>() + "@" + e["version"].get<std::string>() +
                                                        "  " + e["consent"].get<std::string>();
+    const std::string digest = e["digest"].get<std::string>();
     std::printf("%s  %s  %s\n", escape_for_terminal(e["reference"].get<std::string>()).c_str(),
-                e["digest"].get<std::string>().c_str(), escape_for_terminal(pack).c_str());
+                digest.empty() ? "-" : escape_for_terminal(digest).c_str(), escape_for_terminal(pack).c_str());
   }
   if (format == "json") std::printf("%s\n", arr.dump(2).c_str());
   return std::fflush(stdout) == 0 ? 0 : 1;

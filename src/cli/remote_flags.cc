@@ -110,13 +110,15 @@ Status record_remote_origin(moon::Store& store, const oci::RemotePack& pack) {
 std::vector<std::string> read_remote_flags(moon::Store& store, oci::Client& client, const oci::RemotePack& pack) {
   std::vector<std::string> warnings;
   const std::string where = pack.ref.scope();
-  auto refs = client.referrers(pack.ref.repository, pack.manifest_digest, kFlagArtifactType);
+  oci::Client::Skipped bad;  // malformed entries of the list: skipped, the others read
+  auto refs = client.referrers(pack.ref.repository, pack.manifest_digest, kFlagArtifactType, &bad);
   if (!refs) {
     warnings.push_back("warning: the flags of " + where + "@" + pack.manifest_digest +
                        " could not be read: " + refs.error().describe());
     return warnings;
   }
-  size_t ignored = 0;
+  for (const auto& why : bad.named) warnings.push_back("warning: a flag referrer entry in " + where + " ignored: " + why);
+  size_t ignored = bad.count;  // its first kMaxWarnings are named above
   auto ignore = [&](const std::string& digest, const std::string& why) {
     if (++ignored <= kMaxWarnings) warnings.push_back("warning: flag referrer " + digest + " in " + where + " ignored: " + why);
   };

@@ -41,23 +41,54 @@ const char* use_name(GateUse u) {
   return "run";
 }
 
-// The .minisig texts of the signature referrers of the pack's manifest.
-Result<std::vector<std::string>> fetch_signatures(oci::Client& client, const oci::RemotePack& pack) {
-  auto refs = client.referrers(pack.ref.repository, pack.manifest_digest, kSignatureArtifactType);
+// The .minisig texts of the signature referrers of the pack's manifest. A referrer that
+// is malformed or cannot be read is skipped, not fatal: one bad entry (anyone with push
+// rights can add one) must not hide a good signature behind it. What was skipped is
+// described in `skipped` (at most three named, the rest counted) for the refusal message.
+Result<std::vector<std::string>> fetch_signatures(oci::Client& client, const oci::RemotePack& pack,
+                                                  std::string& skipped) {
+  oci::Client::Skipped bad;
+  auto refs = client.referrers(pack.ref.repository, pack.manifest_digest, kSignatureArtifactType, &bad);
   if (!refs) return refs.error();
+  std::vector<std::string> named = bad.named;
+  size_t count = bad.count;
+  auto skip = [&](const std::string& digest, const std::string& why) {
+    if (++count <= oci::Client::Skipped::kMaxNamed) named.push_back(digest + ": " + why);
+  };
   std::vector<std::string> out;
-  for (size_t i = 0; i < refs->size() && i < kMaxSignatureReferrers; ++i) {
+  for (size_t i = 0; i < refs->size(); ++i) {
     const auto& desc = (*refs)[i];
+    if (i >= kMaxSignatureReferrers) {
+      count += refs->size() - i;
+      break;
+    }
     auto m = client.get_manifest(pack.ref.repository, desc.digest);
-    if (!m) return m.error();
+    if (!m) {
+      skip(desc.digest, m.error().describe());
+      continue;
+    }
     if (!*m) continue;  // listed but gone: not a signature
     const json doc = json::parse((*m)->bytes, nullptr, false);
-    if (!doc.is_object() || !doc.contains("layers") || !doc["layers"].is_array() || doc["layers"].empty()) continue;
+    if (!doc.is_object() || !doc.contains("layers") || !doc["layers"].is_array() || doc["layers"].empty()) {
+      skip(desc.digest, "not an artifact manifest with a layer");
+      continue;
+    }
     auto layer = oci::Descriptor::from_json(doc["layers"][0], "signature layer");
-    if (!layer || layer->media_type != kSignatureMediaType || layer->size > kMaxSignatureBytes) continue;
+    if (!layer || layer->media_type != kSignatureMediaType || layer->size > kMaxSignatureBytes) {
+      skip(desc.digest, "its layer is not a signature of at most " + std::to_string(kMaxSignatureBytes) + " bytes");
+      continue;
+    }
     auto blob = client.get_blob(pack.ref.repository, *layer, kMaxSignatureBytes);
-    if (!blob) return blob.error();
+    if (!blob) {
+      skip(desc.digest, blob.error().describe());
+      continue;
+    }
     out.push_back(std::move(*blob));
+  }
+  if (count > 0) {
+    skipped = std::to_string(count) + " signature referrer(s) skipped";
+    for (const auto& n : named) skipped += "; " + n;
+    if (count > named.size()) skipped += "; and " + std::to_string(count - named.size()) + " more";
   }
   return out;
 }
@@ -117,9 +148,11 @@ struct Judge {
   moon::TrustVerdict trust(oci::Client* client, std::string& fetch_error) {
     std::vector<std::string> texts;
     if (client != nullptr && !config->trust_for(repository).empty()) {
-      auto fetched = fetch_signatures(*client, pack);
+      std::string skipped;
+      auto fetched = fetch_signatures(*client, pack, skipped);
       if (fetched) {
         texts = std::move(*fetched);
+        fetch_error = skipped;  // shown only when no signature verified
       } else {
         fetch_error = fetched.error().describe();
       }
@@ -283,15 +316,33 @@ GateDecision remote_pack_gate(const GateRequest& req) {
 }
 
 Result<ConsentSummary> consent_summary(const oci::RemotePack& pack, const std::filesystem::path& home) {
+  auto cfg = moon::load_moon_config(home);
+  if (!cfg.config) {
+    return make_error("moon configuration invalid: " + (cfg.errors.empty() ? std::string() : cfg.errors.front().format()));
+  }
   auto m = moon::open_moon(home);
   if (!m) return m.error();
-  const std::string manifest_text = pack.config_json.contains("manifest") ? pack.config_json["manifest"].dump() : "";
-  auto c = moon::check_consent(**m, pack.ref.scope(), pack.manifest_digest, manifest_text);
-  if (!c) return c.error();
   ConsentSummary out;
+  std::string problem;
+  // Trust first, as the gate of an offline `run REF` checks it: the signatures the Moon
+  // kept when a pull verified them (nothing is fetched, nothing recorded).
+  const std::string scope = pack.ref.scope();
+  if (!cfg.config->trust_for(scope).empty()) {
+    std::vector<std::string> texts;
+    auto kept = (*m)->signatures(pack.manifest_digest);
+    if (!kept) return kept.error();
+    for (const auto& k : *kept) texts.push_back(k.signature);
+    const auto v = moon::check_trust(*cfg.config, scope, pack.manifest_digest, pack.manifest_bytes, texts);
+    out.signature = v.ok ? "verified (key " + keys_of(v) + ")" : "refused: " + v.problem;
+    out.trusted = v.ok;
+    problem = v.problem;
+  }
+  const std::string manifest_text = pack.config_json.contains("manifest") ? pack.config_json["manifest"].dump() : "";
+  auto c = moon::check_consent(**m, scope, pack.manifest_digest, manifest_text);
+  if (!c) return c.error();
   out.approved = c->state == moon::ConsentState::approved;
-  out.runs = !c->needs_approval();
-  out.state = consent_text(*c, pack.ref.scope());
+  out.runs = out.trusted && !c->needs_approval();
+  out.state = out.trusted ? consent_text(*c, scope) : "refused (signature: " + problem + ")";
   return out;
 }
 

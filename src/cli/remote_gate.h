@@ -43,12 +43,17 @@ GateDecision remote_pack_gate(const GateRequest& request);
 // it is not approved), then the capabilities (the diff against the newest approval, or all
 // of them for a first version) are printed on stdout and the approval recorded, whether or
 // not the version is wider. exit_code 0 approved, 1 refused (message says why).
-// `pack list`: where a pulled pack stands with the operator (the consent check of the gate,
-// nothing recorded). `state`: "approved", "runs (no wider than the approved REF)", "needs
-// approval (first version of REPO)" or "needs approval (wider than the approved REF)".
+// `pack list`: where a pulled pack stands with the operator — what the gate of an offline
+// `run REF` would decide now (trust against the signatures the Moon kept, then consent;
+// nothing fetched, nothing recorded). `state`: "approved", "runs (no wider than the
+// approved REF)", "needs approval (first version of REPO)", "needs approval (wider than the
+// approved REF)", or "refused (signature: WHY)" when a trust scope covers the repository
+// and no kept signature satisfies it.
 struct ConsentSummary {
   bool approved = false;  // this digest was approved
-  bool runs = false;      // approved, or no wider than the newest approval
+  bool trusted = true;    // no trust scope matches, or the kept signatures satisfy it
+  bool runs = false;      // trusted, and approved or no wider than the newest approval
+  std::string signature = "not required";  // or "verified (key K)", "refused: WHY"
   std::string state;
 };
 Result<ConsentSummary> consent_summary(const oci::RemotePack& pack, const std::filesystem::path& home);

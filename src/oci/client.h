@@ -16,6 +16,7 @@
 // 1 MiB, a blob exactly its descriptor's size.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -122,9 +123,18 @@ class Client {
                            const std::string& media_type);
 
   // The referrers of `subject_digest` (of type `artifact_type` when not empty): the
-  // referrers API, else the tag schema's index (sha256-HEX).
+  // referrers API, else the tag schema's index (sha256-HEX). A malformed entry of the list
+  // (the registry, or whoever can push to it, wrote it) is skipped, not fatal: the others
+  // are returned, and `skipped` (when given) counts it and describes the first few. At
+  // most kMaxReferrers entries are looked at; the rest are counted as skipped.
+  static constexpr std::size_t kMaxReferrers = 1024;
+  struct Skipped {
+    static constexpr std::size_t kMaxNamed = 3;
+    std::size_t count = 0;
+    std::vector<std::string> named;  // "manifests[N]: why", at most kMaxNamed
+  };
   Result<std::vector<Descriptor>> referrers(const std::string& repo, const std::string& subject_digest,
-                                            const std::string& artifact_type = "");
+                                            const std::string& artifact_type = "", Skipped* skipped = nullptr);
   // Pushes an artifact manifest (artifactType, the empty config, one layer holding
   // `blob`, `subject`) and, when the registry does not process subjects, adds it to the
   // tag schema's index. Returns the artifact manifest's descriptor.

@@ -17,7 +17,7 @@ constexpr const char* kEmptyDigest = "sha256:44136fa355b3678a1146ad16f7e8649e94f
 }  // namespace
 
 Result<std::vector<Descriptor>> Client::referrers(const std::string& repo, const std::string& subject_digest,
-                                                  const std::string& artifact_type) {
+                                                  const std::string& artifact_type, Skipped* skipped) {
   if (!valid_digest(subject_digest)) return make_error("referrers: " + subject_digest + " is not a sha256 digest");
   HttpRequest req;
   req.url = impl_->base + repo + "/referrers/" + subject_digest;
@@ -43,9 +43,20 @@ Result<std::vector<Descriptor>> Client::referrers(const std::string& repo, const
     return make_error("the referrers of " + subject_digest + " in " + repo + ": not an image index");
   }
   std::vector<Descriptor> out;
-  for (const auto& m : j["manifests"]) {
-    auto d = Descriptor::from_json(m, "referrer");
-    if (!d) return d.error();
+  Skipped local;
+  Skipped& skip = skipped != nullptr ? *skipped : local;
+  const auto& list = j["manifests"];
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (i >= kMaxReferrers) {
+      skip.count += list.size() - i;
+      break;
+    }
+    // One bad entry must not hide the others (a signature or a flag behind it).
+    auto d = Descriptor::from_json(list[i], "manifests[" + std::to_string(i) + "]");
+    if (!d) {
+      if (++skip.count <= Skipped::kMaxNamed) skip.named.push_back(d.error().describe());
+      continue;
+    }
     if (!artifact_type.empty() && d->artifact_type != artifact_type) continue;
     out.push_back(std::move(*d));
   }

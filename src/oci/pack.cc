@@ -345,14 +345,22 @@ Result<std::vector<RemoteStore::Recorded>> RemoteStore::recorded() {
   for (const auto& [k, v] : refs.items()) {
     std::string why;
     auto r = parse_reference(k, why);
-    if (!r || !v.is_object() || !valid_digest(str_at(v, "manifest"))) continue;
+    // A damaged entry is listed with what is wrong with it (the others are unaffected).
+    if (!r) {
+      out.push_back({k, "", "", "not a registry reference: " + why});
+      continue;
+    }
+    if (!v.is_object() || !valid_digest(str_at(v, "manifest"))) {
+      out.push_back({k, "", "", "its entry in refs.json names no manifest digest (pull it again)"});
+      continue;
+    }
     if (!r->digest.empty()) {
       Reference tagged = *r;
       tagged.digest.clear();
       const auto t = refs.find(tagged.str());
       if (t != refs.end() && t->is_object() && str_at(*t, "manifest") == r->digest) continue;
     }
-    out.push_back({k, str_at(v, "manifest"), str_at(v, "at")});
+    out.push_back({k, str_at(v, "manifest"), str_at(v, "at"), ""});
   }
   std::sort(out.begin(), out.end(), [](const Recorded& a, const Recorded& b) { return a.reference < b.reference; });
   return out;

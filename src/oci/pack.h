@@ -85,11 +85,14 @@ class RemoteStore {
   Status record(const RemotePack& pack, const std::string& layer_file);
   std::filesystem::path blob_path(const std::string& digest) const;
   // The references recorded in refs.json (pulled or pushed from this home), sorted; a
-  // pinned entry that only repeats its tag's (written by the same pull) is left out.
+  // pinned entry that only repeats its tag's (written by the same pull) is left out. A
+  // damaged entry is listed with `error` set (the others are still listed); a refs.json
+  // that is not a JSON object is an error.
   struct Recorded {
     std::string reference;
     std::string manifest_digest;
-    std::string at;  // when it was recorded (RFC 3339)
+    std::string at;     // when it was recorded (RFC 3339)
+    std::string error;  // not empty: this entry cannot be used (why)
   };
   Result<std::vector<Recorded>> recorded();
 

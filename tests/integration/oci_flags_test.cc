@@ -65,6 +65,35 @@ class OciFlags : public ::testing::Test {
     args.insert(args.end(), action.begin(), action.end());
     return soyaos(host, args);
   }
+  // Pushes hello-report from host "a" to a real registry (for its blobs), serves them from
+  // the fake registry (tests/fixtures/fake_registry.py) in `mode`, pulls on host "b" with
+  // --approve, stops the fake. `fake` is its HOST:PORT.
+  RunOutput pull_from_fake(const std::string& mode, std::string& fake) {
+    start();
+    auto pushed = soyaos("a", {"pack", "push", t_.copy_from_source("examples/hello-report", "hello").string(),
+                               ref("team/hello:1.0.0")});
+    EXPECT_EQ(pushed.exit_code, 0) << pushed.err;
+    const std::string md = field(pushed.out, ref("team/hello:1.0.0") + "  ");
+    reg_.stop();
+    const fs::path port_file = t_.path() / "fake.port";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      (void)::freopen("/dev/null", "w", stderr);
+      ::execlp("python3", "python3", source_path("tests/fixtures/fake_registry.py").c_str(),
+               (t_.path() / "a" / "remote" / "blobs" / "sha256").c_str(), md.c_str(), mode.c_str(), port_file.c_str(),
+               (t_.path() / "fake.log").c_str(), nullptr);
+      ::_exit(127);
+    }
+    for (int i = 0; i < 500 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(fs::exists(port_file));
+    fake = "127.0.0.1:" + read_file(port_file);
+    insecure_ = fake;
+    std::ofstream(t_.path() / "docker" / "config.json") << R"({"auths":{")" << fake << R"(":{"auth":"dTpw"}}})";
+    auto pull = soyaos("b", {"pack", "pull", "--approve", fake + "/team/hello:1.0.0", "-o", (t_.path() / "x").string()});
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return pull;
+  }
   // Pushes the probe (from host "dev") and returns its manifest digest.
   std::string push(const std::string& r) {
     auto p = soyaos("dev", {"pack", "push", pack_, r});
@@ -212,29 +241,8 @@ TEST_F(OciFlags, FlagIsQueuedWhileTheRegistryIsDownAndPublishedLater) {
 // A hostile registry answers with 40 flag referrers, most of them malformed or oversized:
 // at most 16 are read, the valid one is recorded (escaped when shown), the pull succeeds.
 TEST_F(OciFlags, HostileFlagReferrersAreBoundedAndIgnored) {
-  start();
-  auto pushed = soyaos("a", {"pack", "push", t_.copy_from_source("examples/hello-report", "hello").string(),
-                             ref("team/hello:1.0.0")});
-  ASSERT_EQ(pushed.exit_code, 0) << pushed.err;
-  const std::string md = field(pushed.out, ref("team/hello:1.0.0") + "  ");
-  reg_.stop();
-  const fs::path port_file = t_.path() / "fake.port";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    (void)::freopen("/dev/null", "w", stderr);
-    ::execlp("python3", "python3", source_path("tests/fixtures/fake_registry.py").c_str(),
-             (t_.path() / "a" / "remote" / "blobs" / "sha256").c_str(), md.c_str(), "flags", port_file.c_str(),
-             (t_.path() / "fake.log").c_str(), nullptr);
-    ::_exit(127);
-  }
-  for (int i = 0; i < 500 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(fs::exists(port_file));
-  const std::string fake = "127.0.0.1:" + read_file(port_file);
-  insecure_ = fake;
-  std::ofstream(t_.path() / "docker" / "config.json") << R"({"auths":{")" << fake << R"(":{"auth":"dTpw"}}})";
-  auto pull = soyaos("b", {"pack", "pull", "--approve", fake + "/team/hello:1.0.0", "-o", (t_.path() / "x").string()});
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
+  std::string fake;
+  auto pull = pull_from_fake("flags", fake);
   ASSERT_EQ(pull.exit_code, 0) << pull.err;
   EXPECT_NE(pull.err.find("larger than 4 MiB"), std::string::npos) << pull.err;
   EXPECT_NE(pull.err.find("more flag referrers in " + fake + "/team/hello ignored (at most 16 are read)"),
@@ -253,6 +261,29 @@ TEST_F(OciFlags, HostileFlagReferrersAreBoundedAndIgnored) {
   ASSERT_EQ(flags.size(), 1u);
   EXPECT_EQ(flags[0]["data"]["received"], true);
   EXPECT_EQ(flags[0]["data"]["violation"]["resource"], "/etc/shadow\x1b[31m");
+}
+
+// Malformed entries in the referrers list itself (not an object, a digest that is not
+// sha256, a negative size, no mediaType) are skipped one by one: the valid flag listed
+// after them is still read and recorded, and the bad entries are named (bounded).
+TEST_F(OciFlags, MalformedReferrerEntriesDoNotHideTheOthers) {
+  std::string fake;
+  auto pull = pull_from_fake("badentries", fake);
+  ASSERT_EQ(pull.exit_code, 0) << pull.err;
+  EXPECT_NE(pull.err.find("a flag referrer entry in " + fake + "/team/hello ignored: manifests[0]: not a descriptor"),
+            std::string::npos)
+      << pull.err;
+  EXPECT_NE(pull.err.find("manifests[1]: digest missing or not sha256"), std::string::npos) << pull.err;
+  EXPECT_NE(pull.err.find("manifests[2]: size missing"), std::string::npos) << pull.err;
+  // Three named, the fourth counted.
+  EXPECT_EQ(pull.err.find("manifests[3]"), std::string::npos) << pull.err;
+  EXPECT_NE(pull.err.find("1 more flag referrers in " + fake + "/team/hello ignored"), std::string::npos) << pull.err;
+  EXPECT_NE(pull.err.find("hello-report@1.0.0 is flagged on " + fake + "/team/hello by moon ed25519:0123456789abcdef"),
+            std::string::npos)
+      << pull.err;
+  auto flags = events("b", "pack_flagged");
+  ASSERT_EQ(flags.size(), 1u);
+  EXPECT_EQ(flags[0]["data"]["received"], true);
 }
 
 }  // namespace

@@ -149,6 +149,74 @@ TEST_F(OciUse, PackListShowsTheRegistryPacksAHomeHoldsAndWhetherTheyAreApproved)
       << l.out;
 }
 
+// One damaged entry of refs.json (not a reference, no manifest digest, a local copy that is
+// gone) does not fail `pack list`: the others are listed, and each bad one is named with
+// what is wrong with it.
+TEST_F(OciUse, PackListNamesADamagedEntryAndListsTheOthers) {
+  const std::string r1 = ref("team/hello:1.0.0");
+  push(pack("1.0.0"), r1);
+  ASSERT_EQ(soyaos("b", {"pack", "pull", "--approve", r1, "-o", path("p1")}).exit_code, 0);
+  const fs::path refs = t_.path() / "b" / "remote" / "refs.json";
+  json doc = json::parse(read_file(refs));
+  doc["team/no-registry:1"] = {{"manifest", "sha256:" + std::string(64, 'a')}};
+  doc[ref("team/odd:1")] = "not an object";
+  doc[ref("team/gone:1")] = {{"manifest", "sha256:" + std::string(64, 'b')}, {"at", "2026-12-01T00:00:00Z"}};
+  std::ofstream(refs, std::ios::trunc) << doc.dump();
+  auto l = soyaos("b", {"pack", "list"});
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  EXPECT_NE(l.out.find(r1 + "  sha256:"), std::string::npos) << l.out;
+  EXPECT_NE(l.out.find("  hello-report@1.0.0  approved\n"), std::string::npos) << l.out;
+  EXPECT_NE(l.out.find("team/no-registry:1  -  error: not a registry reference"), std::string::npos) << l.out;
+  EXPECT_NE(l.out.find(ref("team/odd:1") + "  -  error: its entry in refs.json names no manifest digest"),
+            std::string::npos)
+      << l.out;
+  EXPECT_NE(l.out.find(ref("team/gone:1") + "  sha256:" + std::string(64, 'b') +
+                       "  error: the local copy is incomplete (pull it again)"),
+            std::string::npos)
+      << l.out;
+  auto j = soyaos("b", {"pack", "list", "--format", "json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const json arr = json::parse(j.out);
+  ASSERT_EQ(arr.size(), 4u) << j.out;
+  size_t errors = 0;
+  for (const auto& e : arr) errors += e.contains("error") ? 1 : 0;
+  EXPECT_EQ(errors, 3u) << j.out;
+  // An index that is not a JSON object at all: one row names it, exit 0.
+  std::ofstream(refs, std::ios::trunc) << "[1,2]";
+  l = soyaos("b", {"pack", "list"});
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  EXPECT_NE(l.out.find("refs.json  -  error: "), std::string::npos) << l.out;
+}
+
+// `pack list` says what an offline `run REF` would decide, signatures included: a pulled
+// and approved pack whose repository a trust scope now covers, with no kept signature by
+// its key, is "refused (signature: …)", not "approved" — and the run is indeed refused.
+TEST_F(OciUse, PackListShowsASignatureTheRunWouldRefuse) {
+  ASSERT_EQ(sh("command -v minisign"), 0) << "minisign is not installed (scripts/setup.sh)";
+  ASSERT_EQ(sh("minisign -G -W -p " + path("team.pub") + " -s " + path("team.key") + " >/dev/null"), 0);
+  const std::string r1 = ref("team/hello:1.0.0");
+  push(pack("1.0.0"), r1);
+  ASSERT_EQ(soyaos("b", {"pack", "pull", "--approve", r1, "-o", path("p1")}).exit_code, 0);
+  auto j = soyaos("b", {"pack", "list", "--format", "json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(json::parse(j.out)[0]["signature"], "not required") << j.out;
+  std::ofstream(t_.path() / "b" / "moon.yaml", std::ios::trunc)
+      << "trust:\n  - scope: \"" << reg_.address() << "/team/*\"\n    keys: [" << path("team.pub") << "]\n";
+  auto l = soyaos("b", {"pack", "list"});
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  EXPECT_NE(l.out.find("  hello-report@1.0.0  refused (signature: "), std::string::npos) << l.out;
+  j = soyaos("b", {"pack", "list", "--format", "json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const json e = json::parse(j.out)[0];
+  EXPECT_EQ(e["approved"], true) << j.out;  // the approval stands; the signature is missing
+  EXPECT_EQ(e["runs"], false) << j.out;
+  EXPECT_EQ(e["signature"].get<std::string>().rfind("refused: ", 0), 0u) << j.out;
+  reg_.stop();
+  auto run = soyaos("b", {"run", r1, "--input", input(), "--out", path("out")});
+  EXPECT_EQ(run.exit_code, 125) << run.err;
+  EXPECT_NE(run.err.find("signature"), std::string::npos) << run.err;
+}
+
 // `pack sign` and `pack approve` of a client of a Moon daemon go through the daemon's
 // protocol: the signature and the approval are the daemon's records, stamped with the
 // client's uid by the daemon, and the client grows no embedded moon.db of its own.
