@@ -4,6 +4,7 @@
 # (a hit), median of N runs each, and their ratio. The pack writes a line of stdout, a
 # line of stderr and a 64 KiB file under /workdir/out, so a hit replays all three.
 #   bench/cache_bench.sh [BUILD_DIR]        RUNS=N (default 30)
+#   BEFORE=OLD_BINARY bench/cache_bench.sh  also the old binary's hit, in the same rounds
 # Each hit stores a `cache_hit` event durably in the Moon (E4: one fsynced transaction),
 # so the hit latency is bound by the disk's fsync latency as much as by the CPU.
 set -euo pipefail
@@ -13,7 +14,7 @@ SOYAOS=${SOYAOS:-$PWD/$BUILD/soyaos}
 RUNS=${RUNS:-30}
 work=$(mktemp -d /tmp/soyaos-cache-bench-XXXXXX)
 chmod 755 "$work"
-trap 'rm -rf "$work"' EXIT
+trap '[[ -n "${KEEP:-}" ]] || rm -rf "$work"' EXIT
 export SOYAOS_HOME="$work/home"
 
 mkdir -p "$work/pack"
@@ -36,22 +37,40 @@ capabilities:
 YAML
 cd "$work"
 
-now_us() { echo $(( $(date +%s%N) / 1000 )); }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[NR/2] + a[NR/2+1]) / 2)}'; }
-
+# Interleaved rounds (the machine's load hits every path alike): a cold run, a hit, and
+# `soyaos version` (the process-start floor), and with BEFORE=OLD_BINARY the old binary's hit
+# too (its own home, primed the same way). Wall time from spawn to reap, and the process's
+# CPU (user + system from wait4: a hit starts no child), median of RUNS each.
 # Prime: the interpreter's digest is computed once, and the entry stored.
 "$SOYAOS" run pack >/dev/null 2>&1
-
-: > cold.txt
-for _ in $(seq "$RUNS"); do
-  t0=$(now_us); "$SOYAOS" run --no-cache pack >/dev/null 2>&1; t1=$(now_us)
-  echo $((t1 - t0)) >> cold.txt
-done
-: > hit.txt
-for _ in $(seq "$RUNS"); do
-  t0=$(now_us); "$SOYAOS" run pack >/dev/null 2>&1; t1=$(now_us)
-  echo $((t1 - t0)) >> hit.txt
-done
+if [[ -n "${BEFORE:-}" ]]; then
+  SOYAOS_HOME="$work/home-before" "$BEFORE" run pack >/dev/null 2>&1
+fi
+python3 - "$SOYAOS" "${BEFORE:-}" "$RUNS" "$work" > times.txt <<'PY'
+import os, statistics, sys, time, shutil
+soyaos, before, runs, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+paths = [("cold", soyaos, ["run", "--no-cache", "pack"], "home"), ("hit", soyaos, ["run", "pack"], "home"),
+         ("version", soyaos, ["version"], "home")]
+if before:
+    paths.append(("hit-before", before, ["run", "pack"], "home-before"))
+res = {p[0]: ([], []) for p in paths}
+null = os.open("/dev/null", os.O_RDWR)
+for _ in range(runs):
+    for name, binary, args, home in paths:
+        shutil.rmtree(os.path.join(work, "soyaos-out"), ignore_errors=True)
+        env = dict(os.environ, SOYAOS_HOME=os.path.join(work, home))
+        t0 = time.monotonic()
+        pid = os.posix_spawn(binary, [binary] + args, env, file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                             (os.POSIX_SPAWN_DUP2, null, 1), (os.POSIX_SPAWN_DUP2, null, 2)])
+        _, status, ru = os.wait4(pid, 0)
+        t1 = time.monotonic()
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"{name}: exit {os.waitstatus_to_exitcode(status)}")
+        res[name][0].append((t1 - t0) * 1e3)
+        res[name][1].append((ru.ru_utime + ru.ru_stime) * 1e3)
+for name, _, _, _ in paths:
+    print(name, statistics.median(res[name][0]), statistics.median(res[name][1]))
+PY
 # A hit really is a hit (one cache_hit per replay), and a replay is byte-identical.
 hits=$("$SOYAOS" scope query --type cache_hit --limit 0 --format json | wc -l)
 "$SOYAOS" run --no-cache pack --out cold-out >cold.stdout 2>cold.stderr
@@ -59,17 +78,14 @@ hits=$("$SOYAOS" scope query --type cache_hit --limit 0 --format json | wc -l)
 grep -v '^replayed from cache: run ' hit.stderr > hit.stderr.agent  # C10: the replay says so on stderr
 cmp -s cold.stdout hit.stdout && cmp -s cold.stderr hit.stderr.agent && cmp -s cold-out/report.bin hit-out/report.bin \
   || { echo "replay differs from the run" >&2; exit 1; }
-# A version that does nothing but start: the floor under both paths.
-: > version.txt
-for _ in $(seq "$RUNS"); do
-  t0=$(now_us); "$SOYAOS" version >/dev/null; t1=$(now_us)
-  echo $((t1 - t0)) >> version.txt
-done
-
-cold=$(median < cold.txt); hit=$(median < hit.txt); floor=$(median < version.txt)
+wall() { awk -v n="$1" '$1 == n {print $2}' times.txt; }
+cpu() { awk -v n="$1" '$1 == n {print $3}' times.txt; }
 printf 'runs per path        %d (hits recorded: %d)\n' "$RUNS" "$hits"
-printf 'cold run (--no-cache) %8.2f ms (median)\n' "$(echo "$cold / 1000" | bc -l)"
-printf 'cache hit             %8.2f ms (median)\n' "$(echo "$hit / 1000" | bc -l)"
-printf 'soyaos version        %8.2f ms (median: process start floor)\n' "$(echo "$floor / 1000" | bc -l)"
-printf 'cold / hit            %8.1fx\n' "$(echo "$cold / $hit" | bc -l)"
+printf 'cold run (--no-cache) %8.2f ms wall (median)\n' "$(wall cold)"
+printf 'cache hit             %8.2f ms wall, %6.2f ms CPU (median)\n' "$(wall hit)" "$(cpu hit)"
+if [[ -n "${BEFORE:-}" ]]; then
+  printf 'cache hit, BEFORE     %8.2f ms wall, %6.2f ms CPU (median)\n' "$(wall hit-before)" "$(cpu hit-before)"
+fi
+printf 'soyaos version        %8.2f ms wall, %6.2f ms CPU (median: process start floor)\n' "$(wall version)" "$(cpu version)"
+printf 'cold / hit            %8.1fx\n' "$(echo "$(wall cold) / $(wall hit)" | bc -l)"
 printf 'load average          %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -250,8 +250,9 @@ void run(const RunArgs& a, CliContext& ctx) {
     return;
   }
   // Usage checks, before anything starts (T6, T7): exit 2, nothing run, nothing touched.
-  // The manifest is read once for them (issue #16); run_pack reads and reports it itself.
-  const auto loaded = manifest::load_pack(req.pack_dir);
+  // The manifest is read once for them and for the result cache (issue #16: a cache hit
+  // read it three times); run_pack reads and reports it itself.
+  const manifest::LoadResult loaded = manifest::load_pack(req.pack_dir);
   for (const auto& in : a.inputs) req.options.inputs.push_back(policy::parse_input_arg(in));
   if (auto targets = policy::input_targets(req.options.inputs); !targets) {
     std::fprintf(stderr, "soyaos: %s\n", targets.error().describe().c_str());
@@ -298,7 +299,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   // ---- result cache (C10, docs/tiers-and-cache.md) ----
   // The run id is chosen here so that a replay and a run share it (events, ./soyaos-out).
   req.options.run_id = scope::new_run_id();
-  auto cache = RunCache::prepare(*home, req, a.no_cache);
+  auto cache = RunCache::prepare(*home, req, loaded, a.no_cache);
   if (auto replayed = cache.replay(req)) {
     ctx.exit_code = *replayed;
     trace_phase("replayed");

@@ -88,11 +88,11 @@ RunCache::RunCache(RunCache&&) noexcept = default;
 RunCache& RunCache::operator=(RunCache&&) noexcept = default;
 RunCache::~RunCache() = default;
 
-RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& req, bool no_cache) {
+RunCache RunCache::prepare(const fs::path& home, const supervisor::RunRequest& req, const manifest::LoadResult& loaded,
+                           bool no_cache) {
   auto s = std::make_unique<State>();
   if (no_cache) return RunCache(std::move(s));
   // An invalid manifest or options: run_pack reports them; the cache stays out of the way.
-  auto loaded = manifest::load_pack(req.pack_dir);
   if (!loaded.manifest) return RunCache(std::move(s));
   const auto& m = *loaded.manifest;
   auto eligible = moon::cache_eligibility(m, !req.options.mounts.empty());

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "manifest/manifest.h"
 #include "supervisor/run.h"
 
 namespace soyaos::cli {
@@ -15,8 +16,10 @@ namespace soyaos::cli {
 class RunCache {
  public:
   // Decides whether this run may use the cache (`no_cache`: --no-cache) and computes its
-  // key. `request` must be complete, with options.run_id set (a hit uses that run id).
-  static RunCache prepare(const std::filesystem::path& home, const supervisor::RunRequest& request, bool no_cache);
+  // key. `request` must be complete, with options.run_id set (a hit uses that run id);
+  // `loaded` is its pack's manifest as the command read it (load_pack(request.pack_dir)).
+  static RunCache prepare(const std::filesystem::path& home, const supervisor::RunRequest& request,
+                          const manifest::LoadResult& loaded, bool no_cache);
 
   RunCache(RunCache&&) noexcept;
   RunCache& operator=(RunCache&&) noexcept;

@@ -98,6 +98,27 @@ using json = nlohmann::ordered_json;
 constexpr int kBusyTimeoutMs = 30'000;
 constexpr const char* kKeyFormat = "soyaos-cache-key/v1";
 
+// The commit that takes the index's WAL past this many frames (4 KiB pages; a hit's
+// bookkeeping adds 3) checkpoints it and truncates it (issue #16). The WAL is kept between
+// processes (open() below), and every process's first connection rebuilds the WAL index
+// from it — reading and checksumming every frame: with SQLite's default (a PASSIVE
+// checkpoint at 1000 frames, the file never shrinking) that was up to 4 MiB and ~2 ms of
+// CPU on every `soyaos run`, hit or not (docs/benchmarks.md). Bounded here to ~256 KiB, at
+// the price of one checkpoint (and its syncs) every ~20 hits. The Store's moon.db does the
+// same (store.cc, checkpoint_when_large).
+constexpr int kWalCheckpointFrames = 64;
+
+// SQLite's wal hook after each commit of this connection (it replaces wal_autocheckpoint).
+// No waiting for readers (busy timeout 0 for the call): a hit must not stall behind
+// another process's read; a later commit checkpoints instead.
+int checkpoint_when_large(void* /*unused*/, sqlite3* db, const char* name, int frames) {
+  if (frames < kWalCheckpointFrames) return SQLITE_OK;
+  sqlite3_busy_timeout(db, 0);
+  (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  return SQLITE_OK;  // a checkpoint that could not run is not the commit's failure
+}
+
 const char* const kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS entries (
   key TEXT PRIMARY KEY,
@@ -245,12 +266,13 @@ Result<ResultCache> ResultCache::open(const fs::path& home, uint64_t max_bytes) 
       sqlite3_extended_result_codes(c.db_, 1);
       // Each `soyaos run` is a short process: by default the last connection to close
       // checkpoints the WAL and deletes it, and the next process recreates it, which costs
-      // several fsyncs on the hit path. The WAL is kept instead and checkpointed by SQLite
-      // as it grows (wal_autocheckpoint).
+      // several fsyncs on the hit path. The WAL is kept instead, and checkpointed and
+      // truncated once it passes kWalCheckpointFrames (checkpoint_when_large).
       (void)sqlite3_db_config(c.db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
       int persist = 1;
       (void)sqlite3_file_control(c.db_, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
       s = exec(c.db_, c.dir_, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL", "set the cache index pragmas");
+      sqlite3_wal_hook(c.db_, checkpoint_when_large, nullptr);
       if (s) s = c.init_schema();
     }
     if (s) return c;
