@@ -5,7 +5,8 @@
 # archive (same bytes, same size): skopeo pushes from an OCI layout to a second, empty
 # registry and pulls back into a layout. Also checks that an unchanged re-push uploads no
 # blob. ROUNDS (default 3) rounds, medians printed. Needs docker-registry and skopeo
-# (scripts/setup.sh).
+# (scripts/setup.sh). SOYAOS_BEFORE=PATH also times the pull of another soyaos binary (an
+# older build) in each round, from the same registry, for a before/after in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SOYAOS=${SOYAOS:-$PWD/build/soyaos}
@@ -41,7 +42,7 @@ cp -r examples/hello-report "$pack"
 head -c $((SIZE_MB << 20)) /dev/urandom > "$pack/data.bin"
 
 export DOCKER_CONFIG="$work/docker"
-declare -a s_push s_repush s_pull k_push k_pull
+declare -a s_push s_repush s_pull k_push k_pull b_pull
 for r in $(seq "$ROUNDS"); do
   start_registry "a$r" A; start_registry "b$r" B
   export SOYAOS_INSECURE_REGISTRIES="$A,$B"
@@ -51,12 +52,22 @@ for r in $(seq "$ROUNDS"); do
   t0=$(now); out2=$("$SOYAOS" pack push "$pack" "$A/bench/pack:1"); t1=$(now)
   s_repush+=("$(echo "$t1 - $t0" | bc)")
   grep -q "0 uploaded (0 bytes), 2 already there" <<<"$out2" || { echo "re-push uploaded something: $out2" >&2; exit 1; }
-  SOYAOS_HOME="$work/home-pull-$r"
   # A first version is not pulled before the operator approved it (C12): approved first,
-  # outside the timing, which measures the transfer.
-  "$SOYAOS" pack approve "$A/bench/pack:1" >/dev/null
-  t0=$(now); "$SOYAOS" pack pull "$A/bench/pack:1" -o "$work/pulled-$r" >/dev/null; t1=$(now)
-  s_pull+=("$(echo "$t1 - $t0" | bc)")
+  # outside the timing, which measures the transfer. With SOYAOS_BEFORE, the two binaries
+  # take turns going first (the registry's page cache favours the second).
+  timed_pull() {  # BIN HOME OUT -> seconds
+    SOYAOS_HOME="$2" "$1" pack approve "$A/bench/pack:1" >/dev/null
+    local t0 t1
+    t0=$(now); SOYAOS_HOME="$2" "$1" pack pull "$A/bench/pack:1" -o "$3" >/dev/null; t1=$(now)
+    echo "$t1 - $t0" | bc
+  }
+  if [[ -n "${SOYAOS_BEFORE:-}" && $((r % 2)) -eq 0 ]]; then
+    b_pull+=("$(timed_pull "$SOYAOS_BEFORE" "$work/home-before-$r" "$work/before-$r")")
+  fi
+  s_pull+=("$(timed_pull "$SOYAOS" "$work/home-pull-$r" "$work/pulled-$r")")
+  if [[ -n "${SOYAOS_BEFORE:-}" && $((r % 2)) -eq 1 ]]; then
+    b_pull+=("$(timed_pull "$SOYAOS_BEFORE" "$work/home-before-$r" "$work/before-$r")")
+  fi
   # The same archive as an OCI image layer, for skopeo.
   blobs="$work/home-push-$r/remote/blobs/sha256"
   layer=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["layers"][0]["digest"])' \
@@ -85,4 +96,8 @@ printf '  soyaos pack push   %6.2f s  %6s MB/s\n' "$sp" "$(mbps "$sp")"
 printf '  skopeo copy (push) %6.2f s  %6s MB/s\n' "$kp" "$(mbps "$kp")"
 printf '  soyaos pack pull   %6.2f s  %6s MB/s  (verified + extracted)\n' "$sl" "$(mbps "$sl")"
 printf '  skopeo copy (pull) %6.2f s  %6s MB/s\n' "$kl" "$(mbps "$kl")"
+if [[ -n "${SOYAOS_BEFORE:-}" ]]; then
+  bl=$(printf '%s\n' "${b_pull[@]}" | median)
+  printf '  pull, SOYAOS_BEFORE %6.2f s  %6s MB/s  (%s)\n' "$bl" "$(mbps "$bl")" "$SOYAOS_BEFORE"
+fi
 printf '  soyaos re-push     %6.2f s  (no blob uploaded)\n' "$sr"

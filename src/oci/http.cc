@@ -192,6 +192,9 @@ Result<HttpResponse> Http::perform(const HttpRequest& req, bool* transient) {
   (void)cu.easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
   (void)cu.easy_setopt(c, CURLOPT_XFERINFODATA, &t);
   (void)cu.easy_setopt(c, CURLOPT_USERAGENT, "soyaos-registry-client/0");
+  // A 512 KiB receive buffer instead of 16 KiB: a layer arrives in ~32x fewer write
+  // callbacks (each one a write(2) and a hash update) and poll/recv rounds.
+  (void)cu.easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024L);
   // The environment's proxies do not apply: a registry's credentials go only where the
   // reference says, and tests use loopback.
   (void)cu.easy_setopt(c, CURLOPT_PROXY, "");
