@@ -183,9 +183,7 @@ int run_inspect(const std::string& ref_text, const std::string& format) {
     json fl = json::array();
     for (const auto& f : *flags) {
       json v = json::parse(f.violation, nullptr, false);
-      json cleared_by = nullptr;
-      if (f.cleared)
-        cleared_by = {{"uid", f.cleared_by.uid}, {"user", f.cleared_by.user.empty() ? json(nullptr) : json(f.cleared_by.user)}};
+      json cleared_by = f.cleared ? moon::actor_to_json(f.cleared_by) : json(nullptr);
       fl.push_back({{"run_id", f.run_id},
                     {"pack", f.name + "@" + f.version},
                     {"digest", f.digest.empty() ? json(nullptr) : json(f.digest)},

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/digest.h"
+#include "common/text.h"
 #include "lint/report.h"
 #include "manifest/manifest.h"
 #include "moon/live_runs.h"
@@ -283,6 +284,17 @@ PackRecord pack_from_json(const json& j) {
   return p;
 }
 
+json actor_to_json(const Actor& a) {
+  return {{"uid", a.uid}, {"user", a.user.empty() ? json(nullptr) : json(valid_utf8(a.user))}};
+}
+Actor actor_from_json(const json& j) {
+  Actor a;  // uid -1: unknown (never 0, which is root)
+  if (!j.is_object()) return a;
+  if (auto it = j.find("uid"); it != j.end() && it->is_number_integer()) a.uid = it->get<int64_t>();
+  a.user = str(j, "user");
+  return a;
+}
+
 json to_json(const FlagRecord& f) {
   return {{"id", f.id},
           {"name", f.name},
@@ -293,7 +305,7 @@ json to_json(const FlagRecord& f) {
           {"flagged_at", f.flagged_at},
           {"cleared", f.cleared},
           {"cleared_at", f.cleared_at},
-          {"cleared_by", {{"uid", f.cleared_by.uid}, {"user", f.cleared_by.user}}},
+          {"cleared_by", actor_to_json(f.cleared_by)},
           {"cleared_reason", f.cleared_reason},
           {"origin", f.origin},
           {"active", f.active}};
@@ -309,10 +321,7 @@ FlagRecord flag_from_json(const json& j) {
   f.flagged_at = str(j, "flagged_at");
   f.cleared = j.value("cleared", false);
   f.cleared_at = str(j, "cleared_at");
-  if (j.contains("cleared_by") && j["cleared_by"].is_object()) {
-    f.cleared_by.uid = num(j["cleared_by"], "uid");
-    f.cleared_by.user = str(j["cleared_by"], "user");
-  }
+  f.cleared_by = actor_from_json(j.value("cleared_by", json()));
   f.cleared_reason = str(j, "cleared_reason");
   f.origin = str(j, "origin");
   f.active = j.value("active", false);
@@ -326,7 +335,7 @@ json to_json(const SignatureRecord& r) {
           {"signature", r.signature},
           {"reference", r.reference},
           {"added_at", r.added_at},
-          {"by", {{"uid", r.by.uid}, {"user", r.by.user}}}};
+          {"by", actor_to_json(r.by)}};
 }
 SignatureRecord signature_from_json(const json& j) {
   SignatureRecord r;
@@ -336,10 +345,7 @@ SignatureRecord signature_from_json(const json& j) {
   r.signature = str(j, "signature");
   r.reference = str(j, "reference");
   r.added_at = str(j, "added_at");
-  if (j.contains("by") && j["by"].is_object()) {
-    r.by.uid = num(j["by"], "uid");
-    r.by.user = str(j["by"], "user");
-  }
+  r.by = actor_from_json(j.value("by", json()));
   return r;
 }
 
@@ -350,7 +356,7 @@ json to_json(const ApprovalRecord& a) {
           {"reference", a.reference},
           {"manifest", a.manifest},
           {"approved_at", a.approved_at},
-          {"by", {{"uid", a.by.uid}, {"user", a.by.user}}}};
+          {"by", actor_to_json(a.by)}};
 }
 ApprovalRecord approval_from_json(const json& j) {
   ApprovalRecord a;
@@ -360,10 +366,7 @@ ApprovalRecord approval_from_json(const json& j) {
   a.reference = str(j, "reference");
   a.manifest = str(j, "manifest");
   a.approved_at = str(j, "approved_at");
-  if (j.contains("by") && j["by"].is_object()) {
-    a.by.uid = num(j["by"], "uid");
-    a.by.user = str(j["by"], "user");
-  }
+  a.by = actor_from_json(j.value("by", json()));
   return a;
 }
 

@@ -169,6 +169,10 @@ Result<std::unique_ptr<MoonBackend>> open_remote(const std::filesystem::path& so
 Result<std::unique_ptr<MoonBackend>> open_moon(const std::filesystem::path& home);
 
 // ---- the JSON forms used on the wire (also `--format json` of `moon status`) ----
+// Who did something (a flag's cleared_by, a signature's or an approval's by, an event's
+// data.actor): {"uid": N, "user": NAME or null}; read back, anything else is uid -1 (unknown).
+nlohmann::ordered_json actor_to_json(const Actor& actor);
+Actor actor_from_json(const nlohmann::ordered_json& j);
 nlohmann::ordered_json to_json(const PackRecord&);
 PackRecord pack_from_json(const nlohmann::ordered_json&);
 nlohmann::ordered_json to_json(const FlagRecord&);

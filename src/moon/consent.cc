@@ -193,10 +193,6 @@ json diff_json(const policy::CapabilityDiff& diff) {
   return {{"wider", diff.wider()}, {"changes", std::move(changes)}};
 }
 
-json actor_to_json(const Actor& a) {
-  return {{"uid", a.uid}, {"user", a.user.empty() ? json(nullptr) : json(valid_utf8(a.user))}};
-}
-
 json pack_event(const std::string& type, const std::string& pack, const std::string& version,
                 const std::string& digest, json data) {
   scope::RunContext ctx{host_name(), "", pack, version, digest};

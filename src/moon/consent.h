@@ -95,6 +95,5 @@ nlohmann::ordered_json diff_json(const policy::CapabilityDiff& diff);
 // OCI manifest digest goes in data.manifest_digest.
 nlohmann::ordered_json pack_event(const std::string& type, const std::string& pack, const std::string& version,
                                   const std::string& digest, nlohmann::ordered_json data);
-nlohmann::ordered_json actor_to_json(const Actor& actor);
 
 }  // namespace soyaos::moon
