@@ -2,14 +2,31 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "moon/consent.h"
+#include "scope/events.h"
 
 namespace soyaos::moon {
 namespace {
 
 using json = nlohmann::ordered_json;
+
+// What a client may have the daemon keep (docs/signing.md "Through a Moon daemon"): every
+// stored signature is read and verified by each gate check of its digest, so a user of the
+// socket must not be able to make those slow or the Moon large. A signature text as large
+// as the gate reads from a registry (cli/remote_gate.cc), as many records per manifest
+// digest as it reads referrers; an event far larger than any soyaos sends is refused.
+constexpr size_t kMaxSignatureText = size_t{64} * 1024;
+constexpr size_t kMaxKeyId = 64;
+constexpr size_t kMaxReference = 2048;
+constexpr size_t kMaxSignaturesPerDigest = 32;
+constexpr size_t kMaxEventBytes = size_t{64} * 1024;
+
+bool digest_ok(const std::string& d) {
+  return d.size() == 71 && d.rfind("sha256:", 0) == 0 && d.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
+}
 
 std::string req_str(const json& j, const char* k) {
   auto it = j.find(k);
@@ -25,10 +42,16 @@ Result<json> stamped(const json& req, const char* type, const Actor& peer, bool 
     return make_error(std::string("the event of this request must be ") + type, EINVAL);
   if (!event.contains("data") || !event["data"].is_object() || !event["data"].value("run_id", json()).is_null())
     return make_error(std::string("a ") + type + " event is a Moon event: data without a run_id", EINVAL);
+  if (event.dump().size() > kMaxEventBytes)
+    return make_error(std::string("a ") + type + " event larger than " + std::to_string(kMaxEventBytes / 1024) +
+                          " KiB is refused",
+                      EFBIG);
   json out = event;
   out["data"]["actor"] = actor_to_json(peer);
   out["soyaosuid"] = peer.uid;
   out["soyaosuser"] = peer.user;
+  // When is the daemon's clock, as who is its peer: a client cannot backdate a record.
+  out["time"] = scope::now_rfc3339();
   return out;
 }
 
@@ -68,9 +91,29 @@ std::optional<Result<json>> handle_consent_op(MoonBackend& moon, const std::stri
   if (op == "add_signature") {
     auto event = stamped(req, kSignedEvent, peer, /*may_be_null=*/true);
     if (!event) return Result<json>(event.error());
-    SignatureRecord sig = signature_from_json(req.value("signature", json::object()));
+    SignatureRecord sig = signature_from_json(req.contains("signature") ? req["signature"] : json::object());
     sig.by = peer;
     sig.added_at.clear();  // the Moon's clock
+    if (!digest_ok(sig.manifest_digest))
+      return Result<json>(make_error("add_signature: not a manifest digest: " + sig.manifest_digest.substr(0, 80), EINVAL));
+    if (sig.signature.empty() || sig.signature.size() > kMaxSignatureText || sig.key_id.size() > kMaxKeyId ||
+        sig.reference.size() > kMaxReference) {
+      return Result<json>(make_error("add_signature: refused: a signature record holds a signature of at most " +
+                                         std::to_string(kMaxSignatureText / 1024) + " KiB, a key id of at most " +
+                                         std::to_string(kMaxKeyId) + " bytes and a reference of at most " +
+                                         std::to_string(kMaxReference) + " bytes",
+                                     EFBIG));
+    }
+    auto held = moon.signatures(sig.manifest_digest);
+    if (!held) return Result<json>(held.error());
+    const bool known = std::any_of(held->begin(), held->end(),
+                                   [&](const SignatureRecord& r) { return r.signature == sig.signature; });
+    if (!known && held->size() >= kMaxSignaturesPerDigest) {
+      return Result<json>(make_error("add_signature: refused: " + sig.manifest_digest + " already has " +
+                                         std::to_string(held->size()) + " signatures in this Moon (at most " +
+                                         std::to_string(kMaxSignaturesPerDigest) + ")",
+                                     ENOSPC));
+    }
     auto added = moon.add_signature(sig, *event);
     if (!added) return Result<json>(added.error());
     return Result<json>(json{{"added", *added}});

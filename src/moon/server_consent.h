@@ -11,8 +11,11 @@
 //   oci_manifest  {digest}             a pushed pack's OCI image manifest bytes
 //
 // Who did it is the connection's peer (SO_PEERCRED), never the client's word: the record's
-// `by`, the event's data.actor and its soyaosuid/soyaosuser attributes are set here. Each
-// event must be of the type its request stores.
+// `by`, the event's data.actor and its soyaosuid/soyaosuser attributes are set here; when
+// is the daemon's clock (the record's time, the event's `time`). Each event must be of the
+// type its request stores and at most 64 KiB; a signature record holds at most 64 KiB of
+// signature (what the gate reads from a registry), and a manifest digest at most 32
+// signature records (EFBIG, ENOSPC: every gate check of that digest verifies them all).
 #pragma once
 
 #include <sys/types.h>

@@ -31,6 +31,7 @@
 
 #include "common/digest.h"
 #include "harness.h"
+#include "moon_daemon_peers.h"
 
 extern char** environ;
 
@@ -39,76 +40,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) {
-    if (!l.empty()) out.push_back(l);
-  }
-  return out;
-}
-
-// A `soyaos moon serve` child process.
-class Daemon {
- public:
-  Daemon() = default;
-  Daemon(const Daemon&) = delete;
-  Daemon& operator=(const Daemon&) = delete;
-  ~Daemon() { kill(SIGKILL); }
-
-  // Starts `soyaos moon serve ARGS...` with SOYAOS_HOME=home; stderr goes to `log`.
-  void start(const std::string& home, const std::vector<std::string>& args, const fs::path& log) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string s = *e;
-      if (s.rfind("SOYAOS_HOME=", 0) == 0 || s.rfind("SOYAOS_MOON_SOCKET=", 0) == 0) continue;
-      env.push_back(s);
-    }
-    env.push_back("SOYAOS_HOME=" + home);
-    std::vector<std::string> argv = {soyaos_binary(), "moon", "serve"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pid_ = ::fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      int in = ::open("/dev/null", O_RDONLY);
-      ::dup2(in, 0);
-      ::dup2(out, 1);
-      ::dup2(out, 2);
-      std::vector<char*> a, e;
-      for (auto& s : argv) a.push_back(s.data());
-      a.push_back(nullptr);
-      for (auto& s : env) e.push_back(s.data());
-      e.push_back(nullptr);
-      ::execve(a[0], a.data(), e.data());
-      ::_exit(127);
-    }
-  }
-  [[nodiscard]] pid_t pid() const { return pid_; }
-  // The exit status once it ended (waits up to `seconds`), -1 if it is still running.
-  int wait(int seconds) {
-    for (int i = 0; i < seconds * 50; ++i) {
-      int status = 0;
-      pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  void kill(int sig) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, sig);
-    if (sig == SIGKILL) (void)wait(10);
-  }
-
- private:
-  pid_t pid_ = -1;
-};
 
 class MoonDaemon : public ::testing::Test {
  protected:
@@ -516,39 +447,6 @@ TEST_F(MoonDaemon, GroupMakesTheSocket0660) {
 }
 
 
-// A minimal client of the wire protocol (moon/wire.h), for requests `soyaos` never sends.
-class RawClient {
- public:
-  explicit RawClient(const std::string& path) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.c_str(), std::min(path.size(), sizeof addr.sun_path - 1));
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~RawClient() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
-  [[nodiscard]] bool connected() const { return fd_ >= 0; }
-  // One request, one reply (as JSON text, "" when the connection failed).
-  std::string call(const json& req) {
-    const std::string line = req.dump() + "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
-    std::string reply;
-    char c = 0;
-    while (::read(fd_, &c, 1) == 1 && c != '\n') reply += c;
-    return reply;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 json event_of(const std::string& type, const std::string& run_id, const json& data_extra = json::object()) {
   json data = {{"run_id", run_id}, {"pack", "comet-probe"}, {"version", "0.1.0"}, {"digest", "sha256:00"}};
   for (const auto& [k, v] : data_extra.items()) data[k] = v;
@@ -629,35 +527,6 @@ TEST_F(MoonDaemon, AClientOfAnotherUidWritesOnlyIntoRunsItStarted) {
   EXPECT_EQ(d.wait(15), 0);
 }
 
-// The requests `reqs`, sent as nobody (uid 65534) over one connection to `sock`; the replies.
-std::vector<json> call_as_nobody(const std::string& sock, const std::vector<json>& reqs) {
-  int pipefd[2];
-  if (::pipe(pipefd) != 0) return {};
-  pid_t pid = ::fork();
-  if (pid < 0) return {};
-  if (pid == 0) {
-    ::close(pipefd[0]);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(120);
-    RawClient c(sock);
-    if (!c.connected()) ::_exit(121);
-    std::string out;
-    for (const auto& r : reqs) out += c.call(r) + "\n";
-    if (::write(pipefd[1], out.data(), out.size()) != static_cast<ssize_t>(out.size())) ::_exit(122);
-    ::_exit(0);
-  }
-  ::close(pipefd[1]);
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
-  std::vector<json> replies;
-  for (const auto& l : lines(got)) replies.push_back(json::parse(l, nullptr, false));
-  return replies;
-}
-
 // C8 (4), issue #17: clearing a flag hides a pack that misbehaved. A member of the socket's
 // group who is neither root nor the daemon's own uid is refused (EPERM, a clear message,
 // the daemon's log names the client) and the flag stays; root clears it, as an event that
@@ -698,6 +567,66 @@ TEST_F(MoonDaemon, OnlyRootOrTheMoonsOwnerMayClearAFlag) {
   auto raised = stored({"--type", "pack_flagged"});
   ASSERT_FALSE(raised.empty());
   EXPECT_TRUE(raised[0]["data"].contains("actor")) << "raising a flag records who ran the run: " << raised[0].dump();
+}
+
+// Signatures, approvals and run-less events through the daemon (docs/signing.md "Through a
+// Moon daemon"): a non-owner's approval is refused with EPERM and the daemon's log names
+// the client; the events' time is the daemon's clock, not the client's; a signature record
+// and an event are bounded in size, and a digest's signature records in number.
+TEST_F(MoonDaemon, ConsentRecordsAreStampedAndBoundedByTheDaemon) {
+  const std::string sock = (dir_.path() / "peer.sock").string();
+  Daemon d;
+  d.start(daemon_home_, {"--socket", sock, "--group", "nogroup"}, dir_.path() / "peer.log");
+  for (int i = 0; i < 250 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string digest = "sha256:" + std::string(64, 'e');
+  auto event = [&](const std::string& type, const json& extra) {
+    json data = {{"run_id", nullptr}, {"manifest_digest", digest}, {"actor", {{"uid", 0}, {"user", "root"}}}};
+    for (const auto& [k, v] : extra.items()) data[k] = v;
+    return json{{"specversion", "1.0"}, {"id", "x-" + type}, {"source", "soyaos://forged/moon"}, {"type", type},
+                {"time", "2001-01-01T00:00:00.000000Z"}, {"subject", "hello@1.0.0"}, {"datacontenttype", "application/json"},
+                {"data", data}};
+  };
+  auto signature = [&](int i) {
+    return json{{"manifest_digest", digest}, {"key_id", "00000000000000" + std::to_string(10 + i)},
+                {"signature", "untrusted comment: " + std::to_string(i) + "\nRWQ…\n"}, {"reference", "r"}};
+  };
+  std::vector<json> reqs = {
+      {{"op", "add_approval"},
+       {"approval", {{"repository", "127.0.0.1:9/team/hello"}, {"digest", digest}, {"manifest", "name: hello"}}},
+       {"event", event("pack_approved", json::object())}},
+      {{"op", "pack_event"}, {"event", event("pack_refused", {{"reason", "approval"}})}},
+      {{"op", "pack_event"}, {"event", event("pack_refused", {{"detail", std::string(70 * 1024, 'x')}})}},
+      {{"op", "add_signature"},
+       {"signature", {{"manifest_digest", digest}, {"key_id", "ab"}, {"signature", std::string(65 * 1024, 's')}}},
+       {"event", nullptr}}};
+  for (int i = 0; i < 33; ++i) reqs.push_back({{"op", "add_signature"}, {"signature", signature(i)}, {"event", nullptr}});
+  reqs.push_back({{"op", "add_signature"}, {"signature", signature(0)}, {"event", nullptr}});  // known: not a 33rd
+  reqs.push_back({{"op", "signatures"}, {"digest", digest}});
+  auto replies = call_as_nobody(sock, reqs);
+  ASSERT_EQ(replies.size(), reqs.size()) << read_file(dir_.path() / "peer.log");
+  EXPECT_EQ(replies[0]["errno"], EPERM) << replies[0].dump();
+  EXPECT_NE(replies[0].value("error", "").find("only root or the Moon's owner"), std::string::npos) << replies[0].dump();
+  EXPECT_NE(replies[0].value("error", "").find("uid 65534"), std::string::npos) << replies[0].dump();
+  EXPECT_EQ(replies[1]["ok"], true) << replies[1].dump();
+  EXPECT_EQ(replies[2]["errno"], EFBIG) << "an oversized event: " << replies[2].dump().substr(0, 300);
+  EXPECT_EQ(replies[3]["errno"], EFBIG) << "an oversized signature: " << replies[3].dump().substr(0, 300);
+  for (size_t i = 4; i < 4 + 32; ++i) EXPECT_EQ(replies[i]["ok"], true) << i << " " << replies[i].dump();
+  EXPECT_EQ(replies[36]["errno"], ENOSPC) << replies[36].dump();
+  EXPECT_NE(replies[36].value("error", "").find("already has 32 signatures"), std::string::npos) << replies[36].dump();
+  EXPECT_EQ(replies[37]["ok"], true) << "a signature already held is no 33rd: " << replies[37].dump();
+  EXPECT_EQ(replies[37]["added"], false) << replies[37].dump();
+  EXPECT_EQ(replies[38]["signatures"].size(), 32u);
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(15), 0);
+  EXPECT_NE(read_file(dir_.path() / "peer.log").find("add_approval by uid=65534"), std::string::npos)
+      << read_file(dir_.path() / "peer.log");
+  // Nothing approved; the refused event is stored with the daemon's time and its peer.
+  EXPECT_TRUE(stored({"--type", "pack_approved"}).empty());
+  auto refused = stored({"--type", "pack_refused"});
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_GT(refused[0]["time"].get<std::string>(), "2020") << "the client's time was kept: " << refused[0].dump();
+  EXPECT_EQ(refused[0]["data"]["actor"]["uid"], 65534);
+  EXPECT_EQ(refused[0]["soyaosuid"], 65534);
 }
 
 // The daemon keeps netfilter's hooks enabled (comet::hold_netfilter_hooks, issue #16): it
