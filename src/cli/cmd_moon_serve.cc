@@ -82,8 +82,9 @@ int serve(const ServeArgs& a) {
   // without it (no namespaces for this user, say) runs are as they are without a daemon.
   auto hooks = comet::hold_netfilter_hooks();
   if (!hooks) opt.log("netfilter hooks not held (runs set them up each time): " + hooks.error().describe());
-  // C12: the flags queued for registries are published from here too (cli/remote_flags.h),
-  // every 60 s, honouring their backoff. The thread is started with the stop signals
+  // C12: the flags queued for registries in this Moon (by embedded commands of the home and
+  // by the daemon's clients) are published from here too (cli/remote_flags.h), every 60 s,
+  // honouring their backoff. The thread is started with the stop signals
   // blocked (serve() takes them through a signalfd, which every thread must leave to it)
   // and ends with serve().
   struct Publisher {
@@ -107,7 +108,13 @@ int serve(const ServeArgs& a) {
       PublishOptions publish;
       publish.honour_backoff = true;
       publish.quick = true;
-      for (const auto& n : publish_queued_flags(home, publish)) log(escape_for_terminal(n));
+      // The daemon's own queue (what its clients' runs queued), with the credentials and
+      // configuration of the daemon's user and home; no reaping from this thread.
+      if (auto m = moon::open_embedded(home, /*reap=*/false); !m) {
+        log("queued flags: " + escape_for_terminal(m.error().describe()));
+      } else {
+        for (const auto& n : publish_queued_flags(**m, home, publish)) log(escape_for_terminal(n));
+      }
       lock.lock();
     }
   });

@@ -188,15 +188,23 @@ void publish_run_flag(const fs::path& home, const fs::path& pack_dir, const supe
   if (report.violations.empty()) return;
   auto digest = tree_digest(pack_dir);
   if (!digest) return;
+  // The Moon the run stored its events in (a daemon's too: it queues from its own record
+  // of the run, moon/server_flags.h).
+  auto m = moon::open_moon(home);
+  if (!m) {
+    std::fprintf(stderr, "soyaos: warning: the flag could not be queued for its registry: %s\n",
+                 escape_for_terminal(m.error().describe()).c_str());
+    return;
+  }
   const auto& first = report.violations.front();
   std::vector<std::string> registries;
-  auto notes = queue_run_flags(home, *digest, report.run_id, first.surface, first.resource, registries);
+  auto notes = queue_run_flags(**m, *digest, report.run_id, first.surface, first.resource, registries);
   for (const auto& registry : registries) {
     PublishOptions publish;
     publish.registry = registry;
     publish.honour_backoff = true;
     publish.quick = true;
-    for (auto& n : publish_queued_flags(home, publish)) notes.push_back(std::move(n));
+    for (auto& n : publish_queued_flags(**m, home, publish)) notes.push_back(std::move(n));
   }
   for (const auto& n : notes) std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(n).c_str());
 }

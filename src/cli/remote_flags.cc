@@ -1,5 +1,6 @@
-// Flags that travel between hosts (remote_flags.h; SPEC.md C12, C8 (4)). The referrer's
-// blob (application/vnd.soyaos.flag.v1+json) is a small JSON object:
+// Flags that travel between hosts (remote_flags.h; SPEC.md C12, C8 (4)): the registry I/O.
+// The referrer's blob (application/vnd.soyaos.flag.v1+json) is a small JSON object built by
+// the Moon (moon/flag_travel.cc):
 //   {"digest": image manifest digest, "pack": "NAME@VERSION", "name", "version",
 //    "reason": {"surface", "resource": "sha256:" + hex digest of the violation's resource},
 //    "run_id", "flagged_at", "moon": the flagging Moon's key id or null}
@@ -12,16 +13,12 @@
 #include "cli/remote_flags.h"
 
 #include <algorithm>
-#include <chrono>
+#include <cstdlib>
 #include <map>
 #include <optional>
-#include <string_view>
 
-#include "common/digest.h"
 #include "common/text.h"
-#include "moon/chain.h"
-#include "moon/consent.h"
-#include "scope/events.h"
+#include "moon/flag_travel.h"
 
 namespace soyaos::cli {
 namespace {
@@ -29,34 +26,17 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-constexpr size_t kMaxResourceBytes = 1024;
 constexpr size_t kMaxWarnings = 3;         // per read: the rest are counted
 constexpr int64_t kPublishBatch = 64;      // queued flags tried per command
-constexpr int64_t kFirstBackoffS = 30;
-constexpr int64_t kMaxBackoffS = 3600;
-
-int64_t now_s() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-bool token_ok(const std::string& s, size_t max, std::string_view extra) {
-  if (s.empty() || s.size() > max) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           extra.find(c) != std::string_view::npos;
-  });
-}
 
 std::string str(const json& j, const char* k) {
   return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "";
 }
 
-// The flag body read from a registry, checked: nullopt (with `why`) when it is not one of
-// ours for this pack.
-struct RemoteFlag {
-  std::string run_id, flagged_at, surface, resource, moon;
-};
-std::optional<RemoteFlag> check_body(const std::string& bytes, const oci::RemotePack& pack, std::string& why) {
+// The flag body read from a registry, checked against the pack (the Moon checks the rest:
+// moon::check_received_flag): nullopt (with `why`) when it is not one of ours for this pack.
+std::optional<moon::ReceivedFlag> check_body(const std::string& bytes, const oci::RemotePack& pack,
+                                             const std::string& referrer, std::string& why) {
   const json b = json::parse(bytes, nullptr, false);
   if (!b.is_object()) {
     why = "not a JSON object";
@@ -70,32 +50,28 @@ std::optional<RemoteFlag> check_body(const std::string& bytes, const oci::Remote
     why = "names another pack than " + pack.name + "@" + pack.version;
     return std::nullopt;
   }
-  RemoteFlag f;
+  moon::ReceivedFlag f;
+  f.name = pack.name;
+  f.version = pack.version;
+  f.tree_digest = pack.tree_digest;
+  f.registry = pack.ref.registry;
+  f.repository = pack.ref.repository;
+  f.manifest_digest = pack.manifest_digest;
+  f.referrer = referrer;
   f.run_id = str(b, "run_id");
   f.flagged_at = str(b, "flagged_at");
   const json reason = b.contains("reason") ? b["reason"] : json();
   f.surface = str(reason, "surface");
   f.resource = str(reason, "resource");
   f.moon = str(b, "moon");
-  if (!token_ok(f.run_id, 64, "-_")) {
-    why = "has no valid run_id";
-  } else if (!token_ok(f.flagged_at, 40, ":.+-")) {
-    why = "has no valid flagged_at";
-  } else if (f.surface != "network" && f.surface != "fs" && f.surface != "exec" && f.surface != "time") {
-    why = "has no valid reason.surface";
-  } else if (f.resource.empty() || f.resource.size() > kMaxResourceBytes || !is_valid_utf8(f.resource)) {
-    why = "has no valid reason.resource";
-  } else if (!f.moon.empty() && !token_ok(f.moon, 80, ":")) {
-    why = "has an invalid moon key id";
-  } else {
-    return f;
-  }
-  return std::nullopt;
+  why = moon::check_received_flag(f);
+  if (!why.empty()) return std::nullopt;
+  return f;
 }
 
 }  // namespace
 
-Status record_remote_origin(moon::Store& store, const oci::RemotePack& pack) {
+Status record_remote_origin(moon::MoonBackend& moon, const oci::RemotePack& pack) {
   moon::RemoteOrigin o;
   o.tree_digest = pack.tree_digest;
   o.registry = pack.ref.registry;
@@ -104,10 +80,10 @@ Status record_remote_origin(moon::Store& store, const oci::RemotePack& pack) {
   o.manifest_size = static_cast<int64_t>(pack.manifest_bytes.size());
   o.name = pack.name;
   o.version = pack.version;
-  return store.add_remote_origin(o);
+  return moon.add_remote_origin(o);
 }
 
-std::vector<std::string> read_remote_flags(moon::Store& store, oci::Client& client, const oci::RemotePack& pack) {
+std::vector<std::string> read_remote_flags(moon::MoonBackend& moon, oci::Client& client, const oci::RemotePack& pack) {
   std::vector<std::string> warnings;
   const std::string where = pack.ref.scope();
   oci::Client::Skipped bad;  // malformed entries of the list: skipped, the others read
@@ -158,39 +134,18 @@ std::vector<std::string> read_remote_flags(moon::Store& store, oci::Client& clie
       continue;
     }
     std::string why;
-    auto f = check_body(*blob, pack, why);
+    auto f = check_body(*blob, pack, desc.digest, why);
     if (!f) {
       ignore(desc.digest, why);
       continue;
     }
-    moon::FlagRecord rec;
-    rec.name = pack.name;
-    rec.version = pack.version;
-    rec.digest = pack.tree_digest;
-    rec.run_id = f->run_id;
-    const json reason = {{"surface", f->surface}, {"resource", f->resource}};
-    rec.violation = reason.dump();
-    rec.flagged_at = f->flagged_at;
-    rec.origin = "flagged on " + where + " by " + (f->moon.empty() ? std::string("a Moon with no key") : "moon " + f->moon) +
-                 " (referrer " + desc.digest + ")";
-    json data = {{"raised", false},
-                 {"received", true},
-                 {"origin", rec.origin},
-                 {"registry", pack.ref.registry},
-                 {"repository", pack.ref.repository},
-                 {"manifest_digest", pack.manifest_digest},
-                 {"referrer", desc.digest},
-                 {"flagged_by_run", f->run_id},
-                 {"flagged_at", f->flagged_at},
-                 {"moon", f->moon.empty() ? json(nullptr) : json(f->moon)},
-                 {"violation", reason}};
-    auto added = store.add_flag(rec, moon::pack_event("pack_flagged", pack.name, pack.version, pack.tree_digest,
-                                                      std::move(data)));
+    auto added = moon.add_received_flag(*f, std::nullopt);
     if (!added) {
       warnings.push_back("warning: a flag of " + where + " could not be recorded: " + added.error().describe());
     } else if (*added) {
-      warnings.push_back("warning: " + pack.name + "@" + pack.version + " is " + rec.origin + ": " + f->surface + " " +
-                         f->resource);
+      warnings.push_back("warning: " + pack.name + "@" + pack.version + " is flagged on " + where + " by " +
+                         (f->moon.empty() ? std::string("a Moon with no key") : "moon " + f->moon) + " (referrer " +
+                         desc.digest + "): " + f->surface + " " + f->resource);
     }
   }
   if (ignored > kMaxWarnings) {
@@ -200,58 +155,32 @@ std::vector<std::string> read_remote_flags(moon::Store& store, oci::Client& clie
   return warnings;
 }
 
-std::vector<std::string> queue_run_flags(const fs::path& home, const std::string& tree_digest, const std::string& run_id,
-                                         const std::string& surface, const std::string& resource,
-                                         std::vector<std::string>& registries) {
-  std::vector<std::string> notes;
-  // No store here, no registry pack recorded (the gate that pulls one opens it): opening one
-  // would create it, and a client of a Moon daemon must not grow an embedded store.
-  std::error_code ec;
-  if (!fs::exists(home / "moon.db", ec)) return notes;
-  auto store = moon::Store::open(home);
-  if (!store) return {"warning: the flag could not be queued for its registry: " + store.error().describe()};
-  auto origins = store->remote_origins(tree_digest);
-  if (!origins) return {"warning: the flag could not be queued for its registry: " + origins.error().describe()};
-  if (origins->empty()) return notes;
-  std::string moon_id;
-  if (auto key = moon::chain::MoonKey::load_public(home); key && *key) moon_id = (*key)->id();
-  const std::string res = "sha256:" + sha256_hex(resource);
-  for (const auto& o : *origins) {
-    json body = {{"digest", o.manifest_digest},
-                 {"pack", o.name + "@" + o.version},
-                 {"name", o.name},
-                 {"version", o.version},
-                 {"reason", {{"surface", surface}, {"resource", res}}},
-                 {"run_id", run_id},
-                 {"flagged_at", scope::now_rfc3339()},
-                 {"moon", moon_id.empty() ? json(nullptr) : json(moon_id)}};
-    moon::QueuedFlag q;
-    q.registry = o.registry;
-    q.repository = o.repository;
-    q.manifest_digest = o.manifest_digest;
-    q.manifest_size = o.manifest_size;
-    q.run_id = run_id;
-    q.body = body.dump();
-    auto queued = store->queue_flag(q);
-    if (std::find(registries.begin(), registries.end(), o.registry) == registries.end()) registries.push_back(o.registry);
-    if (!queued) {
-      notes.push_back("warning: the flag could not be queued for " + o.registry + ": " + queued.error().describe());
-    } else if (*queued == moon::Store::Queued::full) {
-      notes.push_back("warning: the flag is not published to " + o.registry + "/" + o.repository + ": " +
-                      std::to_string(moon::kMaxQueuedFlags) + " flags already wait for their registries " +
-                      "(it stays flagged here)");
-    }
+std::vector<std::string> queue_run_flags(moon::MoonBackend& moon, const std::string& tree_digest,
+                                         const std::string& run_id, const std::string& surface,
+                                         const std::string& resource, std::vector<std::string>& registries) {
+  auto q = moon.queue_run_flag(run_id, tree_digest, surface, resource);
+  if (!q) return {"warning: the flag could not be queued for its registry: " + q.error().describe()};
+  for (const auto& r : q->registries) {
+    if (std::find(registries.begin(), registries.end(), r) == registries.end()) registries.push_back(r);
   }
-  return notes;
+  return q->notes;
 }
 
 std::vector<std::string> publish_queued_flags(const fs::path& home, const PublishOptions& o) {
-  std::vector<std::string> notes;
+  // A Moon to ask: a daemon (named, or answering on the home's socket), else an embedded
+  // moon.db that exists. Nothing is created: no Moon, nothing queued.
   std::error_code ec;
-  if (!fs::exists(home / "moon.db", ec)) return notes;  // nothing queued; do not create a Moon
-  auto store = moon::Store::open(home);
-  if (!store) return {"warning: queued flags: " + store.error().describe()};
-  auto rows = store->queued_flags(o.registry, o.honour_backoff ? now_s() : 0, kPublishBatch);
+  const char* env = std::getenv(moon::kSocketEnv);
+  const bool daemon = (env != nullptr && *env != '\0') || fs::exists(moon::default_socket(home), ec);
+  if (!daemon && !fs::exists(home / "moon.db", ec)) return {};
+  auto m = moon::open_moon(home);
+  if (!m) return {"warning: queued flags: " + m.error().describe()};
+  return publish_queued_flags(**m, home, o);
+}
+
+std::vector<std::string> publish_queued_flags(moon::MoonBackend& moon, const fs::path& home, const PublishOptions& o) {
+  std::vector<std::string> notes;
+  auto rows = moon.queued_flags(o.registry, o.honour_backoff, kPublishBatch);
   if (!rows) return {"warning: queued flags: " + rows.error().describe()};
   std::map<std::string, std::vector<moon::QueuedFlag>> by_registry;
   for (auto& r : *rows) by_registry[r.registry].push_back(std::move(r));
@@ -293,22 +222,23 @@ std::vector<std::string> publish_queued_flags(const fs::path& home, const Publis
       }
       const std::string what = "flag of " + registry + "/" + f.repository + "@" + f.manifest_digest + " (run " + f.run_id + ")";
       if (!referrer.empty()) {
-        (void)store->flag_published(f.id, referrer);
         notes.push_back("published " + what + " as referrer " + referrer);
+        if (auto s = moon.flag_publish_result(f.id, referrer, ""); !s)
+          notes.push_back("warning: the Moon did not record it: " + s.error().describe());
         continue;
       }
-      const int64_t backoff = std::min(kMaxBackoffS, kFirstBackoffS << std::min<int64_t>(f.attempts, 7));
-      (void)store->flag_publish_failed(f.id, error, now_s() + backoff);
       notes.push_back("warning: " + what + " stays queued: " + error);
+      if (auto s = moon.flag_publish_result(f.id, "", error); !s)
+        notes.push_back("warning: the Moon did not record the failure: " + s.error().describe());
       break;  // the registry is unreachable or refuses: the rest wait for the next try
     }
   }
   return notes;
 }
 
-std::vector<std::string> remote_flag_lines(moon::Store& store, const oci::RemotePack& pack) {
+std::vector<std::string> remote_flag_lines(moon::MoonBackend& moon, const oci::RemotePack& pack) {
   std::vector<std::string> out;
-  auto flags = store.flags(pack.name, pack.version, pack.tree_digest);
+  auto flags = moon.flags(pack.name, pack.version, pack.tree_digest);
   if (!flags) return {"flags:        unknown (" + flags.error().describe() + ")"};
   bool active = false;
   for (const auto& f : *flags) active = active || f.active;
@@ -323,9 +253,9 @@ std::vector<std::string> remote_flag_lines(moon::Store& store, const oci::Remote
   return out;
 }
 
-json remote_flags_json(moon::Store& store, const oci::RemotePack& pack) {
+json remote_flags_json(moon::MoonBackend& moon, const oci::RemotePack& pack) {
   json out = json::array();
-  auto flags = store.flags(pack.name, pack.version, pack.tree_digest);
+  auto flags = moon.flags(pack.name, pack.version, pack.tree_digest);
   if (!flags) return out;
   for (const auto& f : *flags) {
     json v = json::parse(f.violation, nullptr, false);

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moon/store.h"
+#include "moon/backend.h"
 #include "oci/client.h"
 #include "oci/pack.h"
 
@@ -30,17 +30,21 @@ inline constexpr const char* kFlagMediaType = "application/vnd.soyaos.flag.v1+js
 inline constexpr size_t kMaxFlagReferrers = 16;
 inline constexpr size_t kMaxFlagBytes = size_t{8} * 1024;
 
+// Each function takes the Moon the command uses (moon/backend.h): embedded, or a daemon's,
+// which checks and stamps every record itself (moon/server_flags.h); the registry I/O is
+// this process's, with its own credentials.
+
 // Remembers that `pack` came from its registry (a violation of its content is published there).
-Status record_remote_origin(moon::Store& store, const oci::RemotePack& pack);
+Status record_remote_origin(moon::MoonBackend& moon, const oci::RemotePack& pack);
 
 // Reads the flag referrers of `pack` and records each valid one as a flag of NAME@VERSION
 // (and its tree digest) with its origin; malformed, oversized or foreign ones are skipped.
 // Returns warnings for stderr (bounded); never fails the command.
-std::vector<std::string> read_remote_flags(moon::Store& store, oci::Client& client, const oci::RemotePack& pack);
+std::vector<std::string> read_remote_flags(moon::MoonBackend& moon, oci::Client& client, const oci::RemotePack& pack);
 
 // After a run with a violation: queues a flag for every registry the content came from
 // (their names added to `registries`). Warnings for stderr (a full queue).
-std::vector<std::string> queue_run_flags(const std::filesystem::path& home, const std::string& tree_digest,
+std::vector<std::string> queue_run_flags(moon::MoonBackend& moon, const std::string& tree_digest,
                                          const std::string& run_id, const std::string& surface,
                                          const std::string& resource, std::vector<std::string>& registries);
 
@@ -50,12 +54,17 @@ struct PublishOptions {
   bool honour_backoff = false;  // background paths (after a run, moon serve): only due flags
   bool quick = false;           // one attempt, short timeouts (right after a run)
 };
-// Publishes queued flags; what was published or failed, as lines for stderr.
+// Publishes queued flags of `moon` with the registry credentials and configuration of
+// `home`; what was published or failed, as lines for stderr.
+std::vector<std::string> publish_queued_flags(moon::MoonBackend& moon, const std::filesystem::path& home,
+                                              const PublishOptions& options);
+// The same for a command that has no Moon open: the Moon of `home` when there is one to ask
+// (a daemon, or an embedded moon.db); nothing is created.
 std::vector<std::string> publish_queued_flags(const std::filesystem::path& home, const PublishOptions& options);
 
 // The flags of a registry pack this Moon holds (local and read from registries), for
 // `pack inspect REF`: text lines, and the JSON array.
-std::vector<std::string> remote_flag_lines(moon::Store& store, const oci::RemotePack& pack);
-nlohmann::ordered_json remote_flags_json(moon::Store& store, const oci::RemotePack& pack);
+std::vector<std::string> remote_flag_lines(moon::MoonBackend& moon, const oci::RemotePack& pack);
+nlohmann::ordered_json remote_flags_json(moon::MoonBackend& moon, const oci::RemotePack& pack);
 
 }  // namespace soyaos::cli

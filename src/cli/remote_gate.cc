@@ -225,31 +225,23 @@ GateDecision remote_pack_gate(const GateRequest& req) {
   // signature verified where a trust scope asks for one): a registry whose pack is refused
   // is neither sent this host's queued flags nor recorded as an origin that later
   // violations are published to, and its flags are not recorded here.
-  // Embedded Moon only: a client of a Moon daemon neither publishes nor reads flags yet
-  // (docs/registry.md "Flags travel"), and must not grow an embedded store of its own.
+  // Through a Moon daemon too: the registry I/O is this process's, the records the daemon's
+  // (moon/server_flags.h), which checks them and names who sent them.
   auto apply_flags = [&] {
-    std::optional<moon::Store> flag_store;
-    if (!j.moon->is_daemon()) {
-      auto st = moon::Store::open(req.home);
-      if (st) {
-        flag_store.emplace(std::move(*st));
-      } else {
-        d.notes.push_back("warning: flags: " + st.error().describe());
-      }
-    }
-    if (flag_store && req.client != nullptr) {
+    moon::MoonBackend& m = *j.moon;
+    if (req.client != nullptr) {
       // This command talks to the registry anyway: the flags queued for it go now.
       PublishOptions publish;
       publish.registry = req.pack.ref.registry;
       publish.client = req.client;
-      for (auto& n : publish_queued_flags(req.home, publish)) d.notes.push_back(std::move(n));
-      for (auto& n : read_remote_flags(*flag_store, *req.client, req.pack)) d.notes.push_back(std::move(n));
+      for (auto& n : publish_queued_flags(m, req.home, publish)) d.notes.push_back(std::move(n));
+      for (auto& n : read_remote_flags(m, *req.client, req.pack)) d.notes.push_back(std::move(n));
     }
-    if (flag_store && req.use == GateUse::inspect) {
-      for (auto& l : remote_flag_lines(*flag_store, req.pack)) d.lines.push_back(std::move(l));
-      d.flags = remote_flags_json(*flag_store, req.pack);
-    } else if (flag_store) {
-      if (auto s = record_remote_origin(*flag_store, req.pack); !s) d.notes.push_back("warning: " + s.error().describe());
+    if (req.use == GateUse::inspect) {
+      for (auto& l : remote_flag_lines(m, req.pack)) d.lines.push_back(std::move(l));
+      d.flags = remote_flags_json(m, req.pack);
+    } else if (auto s = record_remote_origin(m, req.pack); !s) {
+      d.notes.push_back("warning: " + s.error().describe());
     }
   };
 

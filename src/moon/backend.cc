@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -106,6 +107,27 @@ class EmbeddedMoon final : public MoonBackend {
                     const std::string& run_id, const json& violation, const Actor& actor) override {
     return reg_.flag(name, version, digest, run_id, violation, actor);
   }
+  Status add_remote_origin(const RemoteOrigin& origin) override {
+    if (auto why = check_remote_origin(origin); !why.empty()) return make_error("a registry origin " + why, EINVAL);
+    return reg_.store().add_remote_origin(origin);
+  }
+  Result<bool> add_received_flag(const ReceivedFlag& flag, const std::optional<Actor>& reported_by) override {
+    return moon::add_received_flag(reg_.store(), flag, reported_by);
+  }
+  Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const std::string& tree_digest,
+                                         const std::string& surface, const std::string& resource) override {
+    return queue_run_flags(reg_.store(), reg_.home(), tree_digest, run_id, surface, resource);
+  }
+  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit) override {
+    const int64_t now =
+        due_only ? std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                       .count()
+                 : 0;
+    return reg_.store().queued_flags(registry, now, limit);
+  }
+  Status flag_publish_result(int64_t id, const std::string& referrer, const std::string& error) override {
+    return record_publish_result(reg_.store(), id, referrer, error);
+  }
   Result<std::string> keep_manifest(const std::string& text) override { return reg_.store().put_manifest(text); }
   Result<std::optional<std::string>> manifest(const std::string& digest) override {
     return reg_.store().manifest(digest);
@@ -197,12 +219,12 @@ Result<std::unique_ptr<RunStream>> continue_run_embedded(const fs::path& home, c
       std::make_unique<EmbeddedRunStream>(std::move(reg.value()), std::move(live.value()), ctx));
 }
 
-Result<std::unique_ptr<MoonBackend>> open_embedded(const fs::path& home) {
+Result<std::unique_ptr<MoonBackend>> open_embedded(const fs::path& home, bool reap) {
   auto reg = Registry::open(home);
   if (!reg) return reg.error();
   // Runs whose soyaos died are marked run_incomplete by the next Moon that opens the home
   // (E4). Best effort here: a failure leaves them for the next one (or `moon check`).
-  (void)reap_dead_runs(home, reg->store());
+  if (reap) (void)reap_dead_runs(home, reg->store());
   return std::unique_ptr<MoonBackend>(std::make_unique<EmbeddedMoon>(std::move(reg.value())));
 }
 
@@ -368,6 +390,65 @@ ApprovalRecord approval_from_json(const json& j) {
   a.approved_at = str(j, "approved_at");
   a.by = actor_from_json(j.value("by", json()));
   return a;
+}
+
+json to_json(const RemoteOrigin& o) {
+  return {{"tree_digest", o.tree_digest},         {"registry", o.registry}, {"repository", o.repository},
+          {"manifest_digest", o.manifest_digest}, {"manifest_size", o.manifest_size},
+          {"name", o.name},                       {"version", o.version}};
+}
+RemoteOrigin origin_from_json(const json& j) {
+  RemoteOrigin o;
+  o.tree_digest = str(j, "tree_digest");
+  o.registry = str(j, "registry");
+  o.repository = str(j, "repository");
+  o.manifest_digest = str(j, "manifest_digest");
+  o.manifest_size = num(j, "manifest_size");
+  o.name = str(j, "name");
+  o.version = str(j, "version");
+  return o;
+}
+
+json to_json(const QueuedFlag& q) {
+  return {{"id", q.id},
+          {"registry", q.registry},
+          {"repository", q.repository},
+          {"manifest_digest", q.manifest_digest},
+          {"manifest_size", q.manifest_size},
+          {"run_id", q.run_id},
+          {"body", q.body},
+          {"queued_at", q.queued_at},
+          {"attempts", q.attempts},
+          {"next_attempt", q.next_attempt},
+          {"last_error", q.last_error}};
+}
+QueuedFlag queued_flag_from_json(const json& j) {
+  QueuedFlag q;
+  q.id = num(j, "id");
+  q.registry = str(j, "registry");
+  q.repository = str(j, "repository");
+  q.manifest_digest = str(j, "manifest_digest");
+  q.manifest_size = num(j, "manifest_size");
+  q.run_id = str(j, "run_id");
+  q.body = str(j, "body");
+  q.queued_at = str(j, "queued_at");
+  q.attempts = num(j, "attempts");
+  q.next_attempt = num(j, "next_attempt");
+  q.last_error = str(j, "last_error");
+  return q;
+}
+
+json to_json(const FlagQueueReport& r) { return {{"registries", r.registries}, {"notes", r.notes}}; }
+FlagQueueReport queue_report_from_json(const json& j) {
+  FlagQueueReport r;
+  for (const char* k : {"registries", "notes"}) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_array()) continue;
+    for (const auto& x : *it) {
+      if (x.is_string()) (std::string(k) == "notes" ? r.notes : r.registries).push_back(x.get<std::string>());
+    }
+  }
+  return r;
 }
 
 Actor actor_for_uid(int64_t uid) {

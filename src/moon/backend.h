@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "moon/flag_travel.h"
 #include "moon/registry.h"
 #include "moon/store.h"
 #include "scope/events.h"
@@ -115,6 +116,31 @@ class MoonBackend {
                             const std::string& run_id, const nlohmann::ordered_json& violation,
                             const Actor& actor) = 0;
 
+  // ---- flags that travel (C12, C8 (4); moon/flag_travel.h, cli/remote_flags.h) ----
+  // Remembers that content `origin.tree_digest` came from a registry: a later violation of
+  // it is queued for that registry. The daemon takes it from root or the Moon's owner, or
+  // for a repository the operator approved a version of (a client must not point the
+  // flags of other users' runs at a registry of its choosing).
+  virtual Status add_remote_origin(const RemoteOrigin& origin) = 0;
+  // A flag read from a registry (flag_travel.h). `reported_by`: who read it, for the
+  // event's data.reported_by (nullopt: nobody named); the daemon ignores it, checks the
+  // flag again and names its peer. True when new.
+  virtual Result<bool> add_received_flag(const ReceivedFlag& flag, const std::optional<Actor>& reported_by) = 0;
+  // After run `run_id` had a violation: queues its flag for every registry its content came
+  // from. Embedded: from the arguments. Daemon: only `run_id` is sent; the daemon takes the
+  // tree digest and the first violation from its own record of that run, which must be the
+  // peer's run (or the peer root or the Moon's owner).
+  virtual Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const std::string& tree_digest,
+                                                 const std::string& surface, const std::string& resource) = 0;
+  // Unpublished flags for `registry` ("" any), oldest first, at most `limit` (at most 64
+  // through the daemon); `due_only`: only those whose backoff has passed.
+  virtual Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only,
+                                                       int64_t limit) = 0;
+  // One attempt's outcome: published as `referrer`, else failed with `error` (retried after
+  // a backoff). The daemon takes it from root, the Moon's owner, or the user whose run
+  // raised the flag.
+  virtual Status flag_publish_result(int64_t id, const std::string& referrer, const std::string& error) = 0;
+
   // ---- manifests of runs (E5) ----
   // Keeps a run's soyapack.yaml bytes; returns "sha256:…" of them (the Moon computes it).
   virtual Result<std::string> keep_manifest(const std::string& text) = 0;
@@ -155,8 +181,10 @@ Actor actor_for_uid(int64_t uid);
 // This process's real user.
 Actor current_actor();
 
-// The embedded Moon of `home` (opened now: an unusable home is an error here).
-Result<std::unique_ptr<MoonBackend>> open_embedded(const std::filesystem::path& home);
+// The embedded Moon of `home` (opened now: an unusable home is an error here). `reap`: mark
+// the runs whose soyaos died run_incomplete first (E4); `moon serve`'s flag publisher,
+// which opens one every minute, does not.
+Result<std::unique_ptr<MoonBackend>> open_embedded(const std::filesystem::path& home, bool reap = true);
 // Run `ctx` continued in the embedded Moon of `home` (live from now, nothing stored yet):
 // open_run of the embedded Moon, and the fallback of a daemon that died during a run.
 Result<std::unique_ptr<RunStream>> continue_run_embedded(const std::filesystem::path& home,
@@ -189,6 +217,12 @@ nlohmann::ordered_json to_json(const SignatureRecord&);
 SignatureRecord signature_from_json(const nlohmann::ordered_json&);
 nlohmann::ordered_json to_json(const ApprovalRecord&);
 ApprovalRecord approval_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const RemoteOrigin&);
+RemoteOrigin origin_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const QueuedFlag&);
+QueuedFlag queued_flag_from_json(const nlohmann::ordered_json&);
+nlohmann::ordered_json to_json(const FlagQueueReport&);
+FlagQueueReport queue_report_from_json(const nlohmann::ordered_json&);
 // The event types a client may have the Moon store with each request above.
 inline constexpr const char* kSignedEvent = "pack_signed";
 inline constexpr const char* kApprovedEvent = "pack_approved";

@@ -341,6 +341,64 @@ class RemoteMoon final : public MoonBackend {
     return r->value("added", false);
   }
 
+  // ---- flags that travel (server_flags.h): the daemon checks and stamps every record ----
+  Status add_remote_origin(const RemoteOrigin& origin) override {
+    auto r = request({{"op", "remote_origin"}, {"origin", to_json(origin)}}, [&](MoonBackend& b) -> Result<json> {
+      if (auto st = b.add_remote_origin(origin); !st) return st.error();
+      return json::object();
+    });
+    if (!r) return r.error();
+    return {};
+  }
+
+  Result<bool> add_received_flag(const ReceivedFlag& flag, const std::optional<Actor>& reported_by) override {
+    auto r = request({{"op", "received_flag"}, {"flag", to_json(flag)}}, [&](MoonBackend& b) -> Result<json> {
+      auto added = b.add_received_flag(flag, reported_by);
+      if (!added) return added.error();
+      return json{{"added", *added}};
+    });
+    if (!r) return r.error();
+    return r->value("added", false);
+  }
+
+  // Only the run id is sent: the daemon reads the digest and the violation from its own
+  // record of the run. The rest serves the fallback.
+  Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const std::string& tree_digest,
+                                         const std::string& surface, const std::string& resource) override {
+    auto r = request({{"op", "queue_run_flag"}, {"run_id", run_id}}, [&](MoonBackend& b) -> Result<json> {
+      auto q = b.queue_run_flag(run_id, tree_digest, surface, resource);
+      if (!q) return q.error();
+      return json{{"queued", to_json(*q)}};
+    });
+    if (!r) return r.error();
+    return queue_report_from_json(r->value("queued", json::object()));
+  }
+
+  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit) override {
+    json req = {{"op", "queued_flags"}, {"registry", registry}, {"due", due_only}, {"limit", limit}};
+    auto r = request(req, [&](MoonBackend& b) -> Result<json> {
+      auto l = b.queued_flags(registry, due_only, limit);
+      if (!l) return l.error();
+      json arr = json::array();
+      for (const auto& q : *l) arr.push_back(to_json(q));
+      return json{{"flags", std::move(arr)}};
+    });
+    if (!r) return r.error();
+    std::vector<QueuedFlag> out;
+    for (const auto& q : r->value("flags", json::array())) out.push_back(queued_flag_from_json(q));
+    return out;
+  }
+
+  Status flag_publish_result(int64_t id, const std::string& referrer, const std::string& error) override {
+    json req = {{"op", "flag_publish_result"}, {"id", id}, {"referrer", referrer}, {"error", error}};
+    auto r = request(req, [&](MoonBackend& b) -> Result<json> {
+      if (auto st = b.flag_publish_result(id, referrer, error); !st) return st.error();
+      return json::object();
+    });
+    if (!r) return r.error();
+    return {};
+  }
+
   Result<std::string> keep_manifest(const std::string& text) override {
     auto r = request({{"op", "keep_manifest"}, {"manifest", text}}, [&](MoonBackend& b) -> Result<json> {
       auto d = b.keep_manifest(text);

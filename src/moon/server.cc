@@ -27,6 +27,7 @@
 #include "moon/backend.h"
 #include "moon/group_commit.h"
 #include "moon/server_consent.h"
+#include "moon/server_flags.h"
 #include "moon/server_runs.h"
 #include "moon/wire.h"
 #include "scope/events.h"
@@ -210,6 +211,8 @@ Result<json> dispatch(Shared& sh, MoonBackend& moon, const json& req, const Peer
     return json{{"manifest", *m ? json(**m) : json(nullptr)}};
   }
   if (auto r = handle_consent_op(moon, op, req, peer.uid, peer.known)) return std::move(*r);  // C12
+  if (auto r = handle_flag_op(moon, op, req, peer.uid, peer.known, [&](const std::string& l) { sh.log(l); }))
+    return std::move(*r);  // C12, C8 (4): flags that travel
   if (op == "status") {
     auto s = moon.status();
     if (!s) return s.error();

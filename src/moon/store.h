@@ -211,6 +211,8 @@ class Store {
   // Unpublished flags for `registry` ("" any), oldest first, at most `limit`; `now` > 0:
   // only those whose next_attempt is due.
   Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, int64_t now, int64_t limit);
+  // Queued flag `id`, published or not; nullopt when there is none.
+  Result<std::optional<QueuedFlag>> queued_flag(int64_t id);
   Status flag_published(int64_t id, const std::string& referrer);
   Status flag_publish_failed(int64_t id, const std::string& error, int64_t next_attempt);
 

@@ -180,6 +180,19 @@ Result<std::vector<QueuedFlag>> Store::queued_flags(const std::string& registry,
   return read_rows(*st, queued_row, db_, path_, "read the queued flags");
 }
 
+Result<std::optional<QueuedFlag>> Store::queued_flag(int64_t id) {
+  auto st = prepare(db_, path_,
+                    "SELECT id, registry, repository, manifest_digest, manifest_size, run_id, body, queued_at, "
+                    "attempts, next_attempt, last_error, COALESCE(published_at, ''), COALESCE(referrer, '') "
+                    "FROM flag_outbox WHERE id=?1");
+  if (!st) return st.error();
+  st->bind(1, id);
+  auto rows = read_rows(*st, queued_row, db_, path_, "read queued flag " + std::to_string(id));
+  if (!rows) return rows.error();
+  if (rows->empty()) return std::optional<QueuedFlag>();
+  return std::optional<QueuedFlag>(std::move(rows->front()));
+}
+
 Status Store::flag_published(int64_t id, const std::string& referrer) {
   auto st = prepare(db_, path_,
                     "UPDATE flag_outbox SET published_at=?2, referrer=?3, attempts=attempts+1, last_error='' "

@@ -569,6 +569,88 @@ TEST_F(MoonDaemon, OnlyRootOrTheMoonsOwnerMayClearAFlag) {
   EXPECT_TRUE(raised[0]["data"].contains("actor")) << "raising a flag records who ran the run: " << raised[0].dump();
 }
 
+// Flags that travel, through the daemon (moon/server_flags.h): the registry I/O is the
+// client's, the records are the daemon's. A client of another uid may not point content at
+// a registry of its choosing, queue, see or report on another user's queued flag, or slip
+// in a malformed received flag; a valid received flag is recorded with the daemon's clock
+// (its flagged_at stays the registry's claim) and the client named as who reported it.
+TEST_F(MoonDaemon, FlagsThatTravelTrustAClientOnlyWithItsOwnRuns) {
+  const fs::path pack = dir_.copy_from_source("tests/fixtures/probe", "pack");
+  auto bad = run(pack.string(), {"read", "/etc/shadow"});
+  ASSERT_EQ(bad.exit_code, 3) << bad.err;
+  const std::string theirs = run_id_of(bad);
+  const auto started = stored({"--run", theirs, "--type", "run_started"});
+  ASSERT_EQ(started.size(), 1u);
+  const std::string tree = started[0]["data"]["digest"];
+  const std::string sock = (dir_.path() / "peer.sock").string();
+  Daemon d;
+  d.start(daemon_home_, {"--socket", sock, "--group", "nogroup"}, dir_.path() / "peer.log");
+  for (int i = 0; i < 250 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string b = "sha256:" + std::string(64, 'b'), c = "sha256:" + std::string(64, 'c');
+  // Root (the owner) says where root's content came from and queues root's run's flag. The
+  // registry is a closed loopback port: nothing is published in this test.
+  json origin = {{"tree_digest", tree}, {"registry", "127.0.0.1:9"}, {"repository", "team/probe"},
+                 {"manifest_digest", b},  {"manifest_size", 500},      {"name", "comet-probe"},
+                 {"version", "0.1.0"}};
+  int64_t queued_id = 0;
+  {
+    RawClient root(sock);
+    ASSERT_TRUE(root.connected());
+    EXPECT_EQ(json::parse(root.call({{"op", "remote_origin"}, {"origin", origin}}))["ok"], true);
+    const json q = json::parse(root.call({{"op", "queue_run_flag"}, {"run_id", theirs}}));
+    ASSERT_EQ(q["ok"], true) << q.dump();
+    EXPECT_EQ(q["queued"]["registries"], json::array({"127.0.0.1:9"})) << q.dump();
+    const json l = json::parse(root.call({{"op", "queued_flags"}}));
+    ASSERT_EQ(l["flags"].size(), 1u) << l.dump();
+    queued_id = l["flags"][0]["id"];
+    const json body = json::parse(l["flags"][0]["body"].get<std::string>());
+    EXPECT_EQ(body["run_id"], theirs);
+    EXPECT_EQ(body["reason"]["surface"], "fs");
+    EXPECT_EQ(body["reason"]["resource"].get<std::string>().rfind("sha256:", 0), 0u) << body;
+  }
+  json elsewhere = origin;
+  elsewhere["repository"] = "evil/exfil";
+  json flag = {{"name", "comet-probe"}, {"version", "0.1.0"}, {"tree_digest", tree}, {"registry", "127.0.0.1:9"},
+               {"repository", "team/probe"}, {"manifest_digest", b}, {"referrer", c}, {"run_id", "01REMOTERUN"},
+               {"flagged_at", "2001-01-01T00:00:00Z"}, {"surface", "fs"}, {"resource", "sha256:" + std::string(64, 'd')},
+               {"moon", ""}};
+  json bogus = flag;
+  bogus["surface"] = "everything";
+  auto replies = call_as_nobody(sock, {{{"op", "remote_origin"}, {"origin", elsewhere}},
+                                       {{"op", "queue_run_flag"}, {"run_id", theirs}},
+                                       {{"op", "queued_flags"}},
+                                       {{"op", "flag_publish_result"}, {"id", queued_id}, {"referrer", c}},
+                                       {{"op", "received_flag"}, {"flag", bogus}},
+                                       {{"op", "received_flag"}, {"flag", flag}}});
+  ASSERT_EQ(replies.size(), 6u) << read_file(dir_.path() / "peer.log");
+  EXPECT_EQ(replies[0]["errno"], EPERM) << replies[0].dump();
+  EXPECT_NE(replies[0].value("error", "").find("has no approved version"), std::string::npos) << replies[0].dump();
+  EXPECT_EQ(replies[1]["errno"], EPERM) << replies[1].dump();
+  ASSERT_EQ(replies[2]["ok"], true) << replies[2].dump();
+  EXPECT_TRUE(replies[2]["flags"].empty()) << "another user's queued flag was shown: " << replies[2].dump();
+  EXPECT_EQ(replies[3]["errno"], EPERM) << replies[3].dump();
+  EXPECT_EQ(replies[4]["errno"], EINVAL) << replies[4].dump();
+  ASSERT_EQ(replies[5]["ok"], true) << replies[5].dump();
+  EXPECT_EQ(replies[5]["added"], true) << replies[5].dump();
+  // Root's flag still waits; the received one names its reporter and the daemon's time.
+  {
+    RawClient root(sock);
+    EXPECT_EQ(json::parse(root.call({{"op", "queued_flags"}}))["flags"].size(), 1u);
+  }
+  const auto received = stored({"--type", "pack_flagged"});
+  ASSERT_EQ(received.size(), 2u);
+  const json& e = received[1];
+  EXPECT_EQ(e["data"]["received"], true) << e.dump();
+  EXPECT_EQ(e["data"]["reported_by"]["uid"], 65534) << e.dump();
+  EXPECT_EQ(e["data"]["flagged_at"], "2001-01-01T00:00:00Z") << e.dump();
+  EXPECT_GT(e["time"].get<std::string>(), "2020") << "the event's time is the daemon's clock: " << e.dump();
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(15), 0);
+  const std::string log = read_file(dir_.path() / "peer.log");
+  EXPECT_NE(log.find("queue_run_flag by uid=65534"), std::string::npos) << log;
+  EXPECT_NE(log.find("received flag of comet-probe@0.1.0"), std::string::npos) << log;
+}
+
 // Signatures, approvals and run-less events through the daemon (docs/signing.md "Through a
 // Moon daemon"): a non-owner's approval is refused with EPERM and the daemon's log names
 // the client; the events' time is the daemon's clock, not the client's; a signature record

@@ -238,6 +238,60 @@ TEST_F(OciFlags, FlagIsQueuedWhileTheRegistryIsDownAndPublishedLater) {
   EXPECT_EQ(flag_bodies(digest).size(), 1u);
 }
 
+// Through a Moon daemon the queue is the daemon's: a flag queued while the registry is down
+// (the client's quick try fails) is published by `moon serve`'s own retry loop once the
+// registry is back — with the daemon's credentials and configuration, no client command
+// needed — and exactly once.
+TEST_F(OciFlags, MoonServePublishesItsQueueWhenTheRegistryIsBack) {
+  start();
+  const std::string r = ref("team/probe:0.1.0");
+  const std::string digest = push(r);
+  ASSERT_FALSE(digest.empty());
+  const std::string sock = (t_.path() / "moon.sock").string();
+  Background daemon({"moon", "serve", "--socket", sock},
+                    {{"SOYAOS_HOME", (t_.path() / "daemon-home").string()},
+                     {"DOCKER_CONFIG", (t_.path() / "docker").string()},
+                     {"SOYAOS_INSECURE_REGISTRIES", insecure_},
+                     {"SOYAOS_MOON_FLAG_INTERVAL_MS", "200"},
+                     {"SOYAOS_FLAG_BACKOFF_S", "0"}});
+  ASSERT_TRUE(daemon.wait_for("listening on", 30000)) << daemon.so_far().err;
+  auto client = [&](const std::vector<std::string>& args) {
+    return run_soyaos(args, {{"SOYAOS_HOME", (t_.path() / "client").string()},
+                             {"SOYAOS_MOON_SOCKET", sock},
+                             {"DOCKER_CONFIG", (t_.path() / "docker").string()},
+                             {"SOYAOS_INSECURE_REGISTRIES", insecure_},
+                             {"SOYAOS_REGISTRY_BACKOFF_MS", "10"}},
+                      t_.path());
+  };
+  auto pulled = client({"pack", "pull", "--approve", r, "-o", (t_.path() / "pulled").string()});
+  ASSERT_EQ(pulled.exit_code, 0) << pulled.err;
+  const int port = std::stoi(reg_.address().substr(reg_.address().rfind(':') + 1));
+  reg_.stop();
+  auto bad = client({"run", (t_.path() / "pulled").string(), "--out", (t_.path() / "o1").string(), "--", "read",
+                     "/etc/shadow"});
+  ASSERT_EQ(bad.exit_code, 3) << bad.err;
+  EXPECT_NE(bad.err.find("stays queued"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(t_.path() / "client" / "moon.db")) << "a command used the embedded Moon";
+  start(port);
+  ASSERT_TRUE(daemon.wait_for("published flag of " + reg_.address() + "/team/probe@" + digest, 30000))
+      << daemon.so_far().err;
+  const auto bodies = flag_bodies(digest);
+  ASSERT_EQ(bodies.size(), 1u);
+  EXPECT_EQ(bodies[0]["reason"]["surface"], "fs");
+  // Built by the daemon from its own record of the run: its key, the resource's digest only.
+  EXPECT_EQ(bodies[0]["reason"]["resource"], "sha256:7b5ddf499844cf05866927513cf62fee9af8c281812def040b964146b0ea87d6");
+  EXPECT_EQ(bodies[0]["moon"].get<std::string>().rfind("ed25519:", 0), 0u) << bodies[0];
+  // Published once: nothing is left for the next command or the next round of the loop.
+  auto later = client({"pack", "inspect", r});
+  ASSERT_EQ(later.exit_code, 0) << later.err;
+  EXPECT_EQ(later.err.find("published flag"), std::string::npos) << later.err;
+  EXPECT_NE(later.out.find("flagged:      yes"), std::string::npos) << later.out;
+  EXPECT_EQ(flag_bodies(digest).size(), 1u);
+  daemon.signal(SIGTERM);
+  const auto served = daemon.finish(20000);
+  EXPECT_EQ(served.exit_code, 0) << served.err;
+}
+
 // A hostile registry answers with 40 flag referrers, most of them malformed or oversized:
 // at most 16 are read, the valid one is recorded (escaped when shown), the pull succeeds.
 TEST_F(OciFlags, HostileFlagReferrersAreBoundedAndIgnored) {
