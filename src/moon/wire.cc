@@ -74,9 +74,13 @@ Status Conn::fill() {
 }
 
 Result<json> Conn::receive() {
-  size_t scanned = pos_;
+  // How far past pos_ has been searched for the newline. Relative to pos_ because fill()
+  // may drop a fully consumed buffer and the erase below moves it: an absolute offset
+  // kept across those pointed past the next message (a message read after an attachment
+  // that had emptied the buffer was skipped).
+  size_t scanned = 0;
   for (;;) {
-    size_t nl = buf_.find('\n', scanned);
+    size_t nl = buf_.find('\n', pos_ + scanned);
     if (nl != std::string::npos) {
       json j = json::parse(buf_.begin() + static_cast<std::ptrdiff_t>(pos_),
                            buf_.begin() + static_cast<std::ptrdiff_t>(nl), nullptr, false);
@@ -88,11 +92,10 @@ Result<json> Conn::receive() {
       }
       return j;
     }
-    scanned = buf_.size();
-    if (buf_.size() - pos_ > kMaxHeaderBytes) return make_error("moon socket: message over the size limit");
+    scanned = buf_.size() - pos_;
+    if (scanned > kMaxHeaderBytes) return make_error("moon socket: message over the size limit");
     if (pos_ > (size_t{1} << 20)) {  // keep the buffer from growing with consumed bytes
       buf_.erase(0, pos_);
-      scanned -= pos_;
       pos_ = 0;
     }
     const bool had_partial = buf_.size() > pos_;
@@ -145,6 +148,10 @@ Result<std::string> Conn::read_attachment(uint64_t size) {
     size_t take = std::min<size_t>(static_cast<size_t>(size) - out.size(), buf_.size() - pos_);
     out.append(buf_, pos_, take);
     pos_ += take;
+  }
+  if (pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
   }
   return out;
 }

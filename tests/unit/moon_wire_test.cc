@@ -61,6 +61,73 @@ TEST(MoonWire, MessagesAndAttachmentsRoundTrip) {
   writer.join();
 }
 
+// A message that arrives only after the reader has consumed everything before it (an
+// attachment read to its last byte, or a whole message), and one split over two writes:
+// the reader must not skip or join messages whatever the previous read left in its buffer.
+// The writer waits for the reader at each step, so the arrival order is fixed.
+TEST(MoonWire, AMessageArrivingAfterTheBufferWasConsumedIsRead) {
+  for (const bool file_attachment : {false, true}) {
+    SCOPED_TRACE(file_attachment ? "file attachment" : "string attachment");
+    Pair p;
+    // A reader that skipped a message would wait for it forever: time out instead.
+    const timeval five_seconds{5, 0};
+    ASSERT_EQ(::setsockopt(p.b, SOL_SOCKET, SO_RCVTIMEO, &five_seconds, sizeof five_seconds), 0);
+    wire::Conn tx(p.a), rx(p.b);
+    int step[2];
+    ASSERT_EQ(::pipe(step), 0);
+    auto wait_step = [&] {
+      char c;
+      return ::read(step[0], &c, 1) == 1;
+    };
+    auto next_step = [&] { ASSERT_EQ(::write(step[1], "x", 1), 1); };
+    const std::string blob(100, 'b');
+    std::thread writer([&] {
+      ASSERT_TRUE(tx.send({{"op", "two"}}, blob));
+      ASSERT_TRUE(wait_step());  // the attachment has been read
+      ASSERT_TRUE(tx.send({{"op", "three"}}));
+      ASSERT_TRUE(wait_step());  // "three" has been read
+      const std::string four = R"({"op":"four"})";
+      ASSERT_EQ(::write(p.a, four.data(), 5), 5);  // half a message...
+      ASSERT_TRUE(wait_step());
+      ASSERT_EQ(::write(p.a, four.data() + 5, four.size() - 5), static_cast<ssize_t>(four.size() - 5));
+      ASSERT_EQ(::write(p.a, "\n", 1), 1);  // ...then the rest
+      ::shutdown(p.a, SHUT_WR);
+    });
+    auto m2 = rx.receive();
+    ASSERT_TRUE(m2) << m2.error().describe();
+    const auto size = (*m2)["attachment"].get<uint64_t>();
+    if (file_attachment) {
+      int dst = ::memfd_create("dst", MFD_CLOEXEC);
+      EXPECT_TRUE(rx.read_attachment(size, dst));
+      EXPECT_EQ(::lseek(dst, 0, SEEK_CUR), static_cast<off_t>(blob.size()));
+      ::close(dst);
+    } else {
+      auto got = rx.read_attachment(size);
+      ASSERT_TRUE(got);
+      EXPECT_EQ(*got, blob);
+    }
+    next_step();
+    auto m3 = rx.receive();
+    ASSERT_TRUE(m3) << m3.error().describe();
+    EXPECT_EQ((*m3)["op"], "three");
+    next_step();
+    std::thread release([&] {
+      ::usleep(20000);  // let the reader take the first half alone
+      next_step();
+    });
+    auto m4 = rx.receive();
+    release.join();
+    ASSERT_TRUE(m4) << m4.error().describe();
+    EXPECT_EQ((*m4)["op"], "four");
+    auto end = rx.receive();
+    ASSERT_FALSE(end);
+    EXPECT_EQ(end.error().message, "eof");
+    writer.join();
+    ::close(step[0]);
+    ::close(step[1]);
+  }
+}
+
 TEST(MoonWire, AttachmentIntoAFileAndFromAFile) {
   Pair p;
   wire::Conn tx(p.a), rx(p.b);
