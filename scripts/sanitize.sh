@@ -15,10 +15,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null   # packages, and ./build with the sandbox suites' test programs
-# Debug with line tables only (-g1): the sanitizers' reports name file:line; full debug info
-# only made the build slower.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSOYAOS_SANITIZE=ON -DSOYAOS_COMPAT_TESTS=OFF \
-  -DCMAKE_CXX_FLAGS_DEBUG="-g1" -DCMAKE_C_FLAGS_DEBUG="-g1" ${CMAKE_ARGS:-} >/dev/null
+# clang, Debug, line tables only: the sanitizers' reports name file:line. clang compiles this
+# tree about twice as fast as gcc with ASan+UBSan at -O0 (cmd_pack_test.cc: 14-16 s of CPU
+# against 26 s; soyaos + unit_tests: 870 s against ~1500 s), and is already installed for
+# the fuzzers. The normal build stays gcc, so the suite still sees both compilers.
+if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang' build-asan/CMakeCache.txt; then
+  rm -rf build-asan   # configured with gcc by an older sanitize.sh: the compiler cannot change in place
+fi
+CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSOYAOS_SANITIZE=ON \
+  -DSOYAOS_COMPAT_TESTS=OFF -DCMAKE_CXX_FLAGS_DEBUG="-gline-tables-only" -DCMAKE_C_FLAGS_DEBUG="-gline-tables-only" \
+  ${CMAKE_ARGS:-} >/dev/null
 cmake --build build-asan -j2 --target soyaos unit_tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
