@@ -171,7 +171,13 @@ struct Judge {
         rec.signature = text;
         rec.reference = reference;
         rec.by = moon::current_actor();
-        (void)moon->add_signature(rec, nullptr);
+        // Not fatal here (this pull or run verified online), but a later offline run would
+        // refuse the pack: say so.
+        if (auto kept = moon->add_signature(rec, nullptr); !kept) {
+          std::fprintf(stderr, "soyaos: warning: the verified signature of %s was not kept, so an offline run will "
+                               "refuse it: %s\n",
+                       escape_for_terminal(reference).c_str(), escape_for_terminal(kept.error().describe()).c_str());
+        }
       }
     }
     return v;

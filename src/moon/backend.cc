@@ -36,6 +36,17 @@ int64_t num(const json& j, const char* k) {
   auto it = j.find(k);
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
+// A member of a record read from JSON (a daemon client's request, a reply), or null: unlike
+// json::value(), never throws when `j` is not an object or the member has another type.
+const json& member(const json& j, const char* k) {
+  static const json kNull;
+  auto it = j.find(k);  // find() on a non-object is end()
+  return it != j.end() ? *it : kNull;
+}
+bool boolean(const json& j, const char* k) {
+  const json& v = member(j, k);
+  return v.is_boolean() && v.get<bool>();
+}
 std::optional<std::string> opt(const json& j, const char* k) {
   auto it = j.find(k);
   if (it != j.end() && it->is_string()) return it->get<std::string>();
@@ -341,12 +352,12 @@ FlagRecord flag_from_json(const json& j) {
   f.run_id = str(j, "run_id");
   f.violation = str(j, "violation");
   f.flagged_at = str(j, "flagged_at");
-  f.cleared = j.value("cleared", false);
+  f.cleared = boolean(j, "cleared");
   f.cleared_at = str(j, "cleared_at");
-  f.cleared_by = actor_from_json(j.value("cleared_by", json()));
+  f.cleared_by = actor_from_json(member(j, "cleared_by"));
   f.cleared_reason = str(j, "cleared_reason");
   f.origin = str(j, "origin");
-  f.active = j.value("active", false);
+  f.active = boolean(j, "active");
   return f;
 }
 
@@ -367,7 +378,7 @@ SignatureRecord signature_from_json(const json& j) {
   r.signature = str(j, "signature");
   r.reference = str(j, "reference");
   r.added_at = str(j, "added_at");
-  r.by = actor_from_json(j.value("by", json()));
+  r.by = actor_from_json(member(j, "by"));
   return r;
 }
 
@@ -388,7 +399,7 @@ ApprovalRecord approval_from_json(const json& j) {
   a.reference = str(j, "reference");
   a.manifest = str(j, "manifest");
   a.approved_at = str(j, "approved_at");
-  a.by = actor_from_json(j.value("by", json()));
+  a.by = actor_from_json(member(j, "by"));
   return a;
 }
 
@@ -509,7 +520,7 @@ EventQuery query_from_json(const json& j) {
       if (t.is_string()) q.types.push_back(t.get<std::string>());
     }
   }
-  q.first = j.value("first", false);
+  q.first = boolean(j, "first");
   q.after_seq = num(j, "after_seq");
   q.limit = num(j, "limit");
   return q;

@@ -93,6 +93,7 @@ Status GroupCommit::append(std::vector<json> events) {
       result = commit(group);
     } catch (const std::exception& e) {  // never leave the others waiting on a leader that is gone
       result = make_error(std::string("store events: ") + e.what());
+      store_.reset();  // as after any failed transaction: a fresh connection for the next leader
     }
     lock.lock();
     for (Pending* p : group) {

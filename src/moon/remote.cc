@@ -22,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "moon/archive.h"
 #include "moon/backend.h"
+#include "moon/unpack.h"
 #include "moon/wire.h"
 #include "scope/events.h"
 
@@ -216,36 +217,17 @@ class RemoteMoon final : public MoonBackend {
     if (auto r = session.conn.read_attachment(size, mem.get()); !r) return r.error();
     if (::lseek(mem.get(), 0, SEEK_SET) != 0) return errno_error("lseek");
 
-    const fs::path staging = target.parent_path() / ("." + target.filename().string() + ".pull.tmp-" +
-                                                      std::to_string(::getpid()) + "-" +
-                                                      scope::new_event_id().substr(0, 8));
-    if (::mkdir(staging.c_str(), 0700) != 0) return errno_error("mkdir " + staging.string());
-    struct StagingGuard {
-      const fs::path& p;
-      bool keep = false;
-      ~StagingGuard() {
-        std::error_code e;
-        if (!keep) fs::remove_all(p, e);
-      }
-    } guard{staging};
-    auto tampered = [&](const std::string& got) {
-      return make_error("blob " + rec.digest + " of " + ref.str() + " does not match its digest (its content hashes to " +
-                        got + "): refused; the registry copy at " + blob + " is corrupt or was tampered with");
-    };
-    // The digest is checked here, on the bytes received: a daemon (or anything between)
-    // cannot hand over other content than the record names.
-    auto got = extract_archive(mem.get(), staging);
-    if (!got) {
-      if (::lseek(mem.get(), 0, SEEK_SET) == 0) {
-        if (auto whole = digest_fd(mem.get()); whole && *whole != rec.digest) return tampered(*whole);
-      }
-      return make_error("pull " + ref.str() + ": " + got.error().describe());
-    }
-    if (*got != rec.digest) return tampered(*got);
-    if (::chmod(staging.c_str(), 0755) != 0) return errno_error("chmod " + staging.string());
-    if (::rename(staging.c_str(), target.c_str()) != 0)
-      return errno_error("pull " + ref.str() + ": move the extracted pack to " + dest_in.string());
-    guard.keep = true;
+    // moon/unpack.h, as the embedded pull does: size and digest verified on the bytes
+    // received before anything is unpacked (a daemon, or anything between, cannot hand over
+    // other content than its record names), the tree digest after, nothing left at dest_in
+    // on failure.
+    UnpackExpect expect;
+    expect.what = "blob " + rec.digest + " of " + ref.str() + " (the registry copy at " + blob + ")";
+    expect.digest = rec.digest;
+    expect.size = static_cast<uint64_t>(rec.size);
+    expect.size_known = rec.size > 0;
+    expect.tree_digest = rec.tree_digest;
+    if (auto s = unpack_archive(mem.get(), expect, target); !s) return make_error("pull " + ref.str() + ": " + s.error().describe());
     return rec;
   }
 

@@ -102,7 +102,8 @@ Result<UniqueFd> temp_file(const fs::path& dir, uint64_t size) {
 // the digest the client computed, extracted into a private directory of the home and
 // pushed from there exactly as an embedded push (validate, lint, archive, store).
 Result<json> do_push(Shared& sh, MoonBackend& moon, wire::Conn& conn, const json& req, const Peer& peer) {
-  const uint64_t size = req.value("attachment", uint64_t{0});
+  const auto attachment = req.find("attachment");
+  const uint64_t size = attachment != req.end() && attachment->is_number_unsigned() ? attachment->get<uint64_t>() : 0;
   const fs::path tmp_root = sh.opt.home / "tmp";
   std::error_code ec;
   fs::create_directories(tmp_root, ec);
@@ -263,67 +264,77 @@ void serve_client(Shared& sh, int fd) {
       moon = std::move(b.value());
     }
     Status sent;
-    if (auto r = runs.handle(*moon, op, *req)) {
-      if (!*r) {
-        sh.log(op + " by " + peer.str() + ": " + r->error().describe());
-        sent = conn.send(wire::error_reply(r->error()));
-      } else {
-        json reply = {{"ok", true}};
-        for (auto it = (*r)->begin(); it != (*r)->end(); ++it) reply[it.key()] = it.value();
-        sent = conn.send(reply);
-      }
-      if (runs.any()) {
-        // A run's connection may stay idle as long as the agent computes: its end (the
-        // client's death included) is the run's end, not a timeout.
-        timeval none{0, 0};
-        (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-      }
-    } else if (op == "push") {
-      auto r = do_push(sh, *moon, conn, *req, peer);
-      json reply = r ? json{{"ok", true}} : wire::error_reply(r.error());
-      if (r) {
-        for (auto it = r->begin(); it != r->end(); ++it) reply[it.key()] = it.value();
-      }
-      sent = conn.send(reply);
-    } else if (op == "pull") {
-      auto p = moon->get(PackRef{req_str(*req, "name"), req_str(*req, "version")});
-      if (!p) {
-        sent = conn.send(wire::error_reply(p.error()));
-      } else {
-        const fs::path blob = sh.opt.home / "oci" / "blobs" / "sha256" / p->digest.substr(p->digest.find(':') + 1);
-        UniqueFd bfd(::open(blob.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-        struct stat st {};
-        if (!bfd || ::fstat(bfd.get(), &st) != 0) {
-          sent = conn.send(wire::error_reply(
-              errno_error("blob " + p->digest + " of " + p->name + "@" + p->version + " cannot be read: open " + blob.string())));
+    // A request is the client's JSON: a field of an unexpected type makes nlohmann throw
+    // (value(), get<>() on a string where an object was expected...). Whatever a handler
+    // missed, it fails this client's request with EINVAL and closes its connection (an
+    // attachment may be half read) — it never terminates the daemon for every user.
+    try {
+      if (auto r = runs.handle(*moon, op, *req)) {
+        if (!*r) {
+          sh.log(op + " by " + peer.str() + ": " + r->error().describe());
+          sent = conn.send(wire::error_reply(r->error()));
         } else {
-          sent = conn.send_file({{"ok", true}, {"pack", to_json(*p)}, {"blob", blob.string()}}, bfd.get(),
-                                static_cast<uint64_t>(st.st_size));
+          json reply = {{"ok", true}};
+          for (auto it = (*r)->begin(); it != (*r)->end(); ++it) reply[it.key()] = it.value();
+          sent = conn.send(reply);
+        }
+        if (runs.any()) {
+          // A run's connection may stay idle as long as the agent computes: its end (the
+          // client's death included) is the run's end, not a timeout.
+          timeval none{0, 0};
+          (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+        }
+      } else if (op == "push") {
+        auto r = do_push(sh, *moon, conn, *req, peer);
+        json reply = r ? json{{"ok", true}} : wire::error_reply(r.error());
+        if (r) {
+          for (auto it = r->begin(); it != r->end(); ++it) reply[it.key()] = it.value();
+        }
+        sent = conn.send(reply);
+      } else if (op == "pull") {
+        auto p = moon->get(PackRef{req_str(*req, "name"), req_str(*req, "version")});
+        if (!p) {
+          sent = conn.send(wire::error_reply(p.error()));
+        } else {
+          const fs::path blob = sh.opt.home / "oci" / "blobs" / "sha256" / p->digest.substr(p->digest.find(':') + 1);
+          UniqueFd bfd(::open(blob.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+          struct stat st {};
+          if (!bfd || ::fstat(bfd.get(), &st) != 0) {
+            sent = conn.send(wire::error_reply(
+                errno_error("blob " + p->digest + " of " + p->name + "@" + p->version + " cannot be read: open " + blob.string())));
+          } else {
+            sent = conn.send_file({{"ok", true}, {"pack", to_json(*p)}, {"blob", blob.string()}}, bfd.get(),
+                                  static_cast<uint64_t>(st.st_size));
+          }
+        }
+      } else if (op == "query_events") {
+        auto events = moon->query_events(query_from_json(req->value("query", json::object())));
+        if (!events) {
+          sent = conn.send(wire::error_reply(events.error()));
+        } else {
+          constexpr size_t kChunk = 5000;
+          size_t i = 0;
+          do {
+            json arr = json::array();
+            for (size_t n = 0; i < events->size() && n < kChunk; ++i, ++n) arr.push_back(to_json((*events)[i]));
+            sent = conn.send({{"ok", true}, {"events", std::move(arr)}, {"more", i < events->size()}});
+          } while (sent && i < events->size());
+        }
+      } else {
+        auto r = dispatch(sh, *moon, *req, peer, op);
+        if (!r) {
+          sh.log(op + " by " + peer.str() + ": " + r.error().describe());
+          sent = conn.send(wire::error_reply(r.error()));
+        } else {
+          json reply = {{"ok", true}};
+          for (auto it = r->begin(); it != r->end(); ++it) reply[it.key()] = it.value();
+          sent = conn.send(reply);
         }
       }
-    } else if (op == "query_events") {
-      auto events = moon->query_events(query_from_json(req->value("query", json::object())));
-      if (!events) {
-        sent = conn.send(wire::error_reply(events.error()));
-      } else {
-        constexpr size_t kChunk = 5000;
-        size_t i = 0;
-        do {
-          json arr = json::array();
-          for (size_t n = 0; i < events->size() && n < kChunk; ++i, ++n) arr.push_back(to_json((*events)[i]));
-          sent = conn.send({{"ok", true}, {"events", std::move(arr)}, {"more", i < events->size()}});
-        } while (sent && i < events->size());
-      }
-    } else {
-      auto r = dispatch(sh, *moon, *req, peer, op);
-      if (!r) {
-        sh.log(op + " by " + peer.str() + ": " + r.error().describe());
-        sent = conn.send(wire::error_reply(r.error()));
-      } else {
-        json reply = {{"ok", true}};
-        for (auto it = r->begin(); it != r->end(); ++it) reply[it.key()] = it.value();
-        sent = conn.send(reply);
-      }
+    } catch (const std::exception& e) {
+      sh.log(op.substr(0, 64) + " by " + peer.str() + ": a malformed request: " + e.what());
+      (void)conn.send(wire::error_reply(make_error("a malformed request: " + std::string(e.what()), EINVAL)));
+      break;
     }
     if (!sent) break;
   }

@@ -40,7 +40,7 @@ Result<json> stamped(const json& req, const char* type, const Actor& peer, bool 
   if (event.is_null() && may_be_null) return event;
   if (!event.is_object() || req_str(event, "type") != type)
     return make_error(std::string("the event of this request must be ") + type, EINVAL);
-  if (!event.contains("data") || !event["data"].is_object() || !event["data"].value("run_id", json()).is_null())
+  if (!event.contains("data") || !event["data"].is_object() || (event["data"].contains("run_id") && !event["data"]["run_id"].is_null()))
     return make_error(std::string("a ") + type + " event is a Moon event: data without a run_id", EINVAL);
   if (event.dump().size() > kMaxEventBytes)
     return make_error(std::string("a ") + type + " event larger than " + std::to_string(kMaxEventBytes / 1024) +
@@ -108,10 +108,18 @@ std::optional<Result<json>> handle_consent_op(MoonBackend& moon, const std::stri
     if (!held) return Result<json>(held.error());
     const bool known = std::any_of(held->begin(), held->end(),
                                    [&](const SignatureRecord& r) { return r.signature == sig.signature; });
-    if (!known && held->size() >= kMaxSignaturesPerDigest) {
+    // The bound is per client user: one user filling a public digest's records must not stop
+    // the owner's pull keeping the signature that verified (then an offline `run REF` would
+    // refuse the pack). Root and the owner are not bounded. (Counted, then inserted: clients
+    // racing on one digest can pass the bound by the number of their connections.)
+    const bool trusted = peer_uid == 0 || peer_uid == ::geteuid();
+    const auto theirs = static_cast<size_t>(std::count_if(
+        held->begin(), held->end(), [&](const SignatureRecord& r) { return r.by.uid == peer.uid; }));
+    if (!known && !trusted && theirs >= kMaxSignaturesPerDigest) {
       return Result<json>(make_error("add_signature: refused: " + sig.manifest_digest + " already has " +
-                                         std::to_string(held->size()) + " signatures in this Moon (at most " +
-                                         std::to_string(kMaxSignaturesPerDigest) + ")",
+                                         std::to_string(theirs) + " signatures from uid " + std::to_string(peer_uid) +
+                                         " in this Moon (at most " + std::to_string(kMaxSignaturesPerDigest) +
+                                         " per user)",
                                      ENOSPC));
     }
     auto added = moon.add_signature(sig, *event);
@@ -128,7 +136,7 @@ std::optional<Result<json>> handle_consent_op(MoonBackend& moon, const std::stri
     }
     auto event = stamped(req, kApprovedEvent, peer, /*may_be_null=*/false);
     if (!event) return Result<json>(event.error());
-    ApprovalRecord a = approval_from_json(req.value("approval", json::object()));
+    ApprovalRecord a = approval_from_json(req.contains("approval") ? req["approval"] : json::object());
     a.by = peer;
     a.approved_at.clear();
     if (a.repository.empty() || a.digest.empty())

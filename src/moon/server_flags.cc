@@ -80,10 +80,25 @@ Result<json> queue_run_flag(MoonBackend& moon, const json& req, uid_t peer_uid,
   const std::string run_id = req_str(req, "run_id");
   if (!run_id_ok(run_id)) return make_error("queue_run_flag: not a run id", EINVAL);
   if (auto st = may_act_on_run(moon, "queue_run_flag", run_id, peer_uid); !st) return st.error();
-  // The digest and the violation are the daemon's own record of the run, never the client's.
+  // The digest and the violation are the daemon's record of the run, not this request's.
   auto started = first_event(moon, run_id, "run_started");
   if (!started) return started.error();
   if (!*started) return make_error("no run " + run_id + " in this Moon", ENOENT);
+  // But that record is what the run's client streamed: only the daemon's stamping of its
+  // user is the daemon's own. A flag queued here is published with the Moon's credentials
+  // and key id (moon serve) to the origins root or the owner recorded, so it is queued only
+  // for runs of root or the owner; another user's flag does not travel through a shared
+  // daemon (docs/registry.md), or any local user could flag the owner's packs at will.
+  auto uid = run_uid(moon, run_id);
+  if (!uid) return uid.error();
+  if (!*uid || (**uid != 0 && **uid != static_cast<int64_t>(::geteuid()))) {
+    FlagQueueReport none;
+    none.notes.push_back("the flag of run " + run_id +
+                         " is not published: through a shared Moon daemon only the runs of root or the Moon's "
+                         "owner (uid " + std::to_string(::geteuid()) + ") publish flags");
+    log("queue_run_flag " + run_id + " by uid=" + std::to_string(peer_uid) + ": not queued (not root's or the owner's run)");
+    return json{{"queued", to_json(none)}};
+  }
   auto violation = first_event(moon, run_id, "capability_violation");
   if (!violation) return violation.error();
   if (!*violation) return json{{"queued", to_json(FlagQueueReport{})}};  // nothing to flag
@@ -156,26 +171,24 @@ std::optional<Result<json>> handle_flag_op(MoonBackend& moon, const std::string&
     }
     return Result<json>(json{{"added", *added}});
   }
-  // remote_origin: where a later violation of this content is published. A client may not
-  // point the flags of other users' runs at a registry of its choosing: besides root and
-  // the owner, only for a repository the operator approved a version of (which is every
-  // repository whose pack passes the gate: consent needs an approval of the repository).
+  // remote_origin: where a later violation of this content is published. It applies to the
+  // flags of every run of that content, so only root and the owner may record one: another
+  // user could otherwise point the owner's violations at a repository and digest of its
+  // choosing (the daemon publishes only root's and the owner's flags, queue_run_flag).
   const RemoteOrigin o = origin_from_json(req_obj(req, "origin"));
   if (auto why = check_remote_origin(o); !why.empty())
     return Result<json>(make_error("remote_origin: the origin " + why, EINVAL));
   if (peer_uid != 0 && peer_uid != ::geteuid()) {
-    auto approved = moon.last_approval(o.registry + "/" + o.repository);
-    if (!approved) return Result<json>(approved.error());
-    if (!*approved) {
-      return Result<json>(make_error("remote_origin: refused: " + o.registry + "/" + o.repository +
-                                         " has no approved version in this Moon; only root or the Moon's owner (uid " +
-                                         std::to_string(::geteuid()) + ") may name it, this client is uid " +
-                                         std::to_string(peer_uid),
-                                     EPERM));
-    }
+    // Not an error for the client's pull or run: its runs' flags do not travel through this
+    // daemon anyway. Logged, and answered as not recorded.
+    log("remote_origin " + o.registry + "/" + o.repository + " by uid=" + std::to_string(peer_uid) +
+        ": not recorded (only root or the Moon's owner records origins)");
+    return Result<json>(json{{"recorded", false},
+                             {"why", "only root or the Moon's owner (uid " + std::to_string(::geteuid()) +
+                                         ") records where content came from"}});
   }
   if (auto st = moon.add_remote_origin(o); !st) return Result<json>(st.error());
-  return Result<json>(json::object());
+  return Result<json>(json{{"recorded", true}});
 }
 
 }  // namespace soyaos::moon

@@ -283,6 +283,7 @@ class Store {
   std::filesystem::path path_;
   std::unique_ptr<chain::MoonKey> key_;
   std::unique_ptr<chain::Checkpoint> pending_head_;
+  bool head_warned_ = false;  // flush_head: a failed head write is reported once
 };
 
 // The Scope store API for `soyaos run` (E3, E4): append() returns only after the events

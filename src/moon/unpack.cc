@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "common/digest.h"
 #include "moon/archive.h"
 #include "scope/events.h"
 
@@ -71,9 +72,22 @@ Status unpack_archive(int fd, const UnpackExpect& expect, const fs::path& dest_i
   if (!expect.verified && got->digest != expect.digest) {
     return tampered(expect, "it changed while it was extracted: the bytes read hash to " + got->digest);
   }
-  if (!expect.tree_digest.empty() && got->tree_digest != expect.tree_digest) {
-    return make_error("the tree extracted from " + expect.what + " has the digest " + got->tree_digest + ", not the " +
-                      expect.tree_digest + " its record names; refused");
+  if (!expect.tree_digest.empty()) {
+    // The tree digest of what a run will see: scan_pack's, over the extracted directory —
+    // not the one hashed from the archive's entries as they were written (got->tree_digest).
+    // That one depends on the archive's order, on parents left implicit, and counts entries
+    // the pack's ignore rules leave out, so one content could be published under many tree
+    // digests and its runs' flags (keyed by the run's digest) would not find the origin
+    // recorded under the archive's. A second read of the tree, from the page cache.
+    auto canonical_digest = tree_digest(staging);
+    if (!canonical_digest) {
+      return make_error("the tree extracted from " + expect.what + ": " + canonical_digest.error().describe());
+    }
+    const std::string& canonical = *canonical_digest;
+    if (canonical != expect.tree_digest) {
+      return make_error("the tree extracted from " + expect.what + " has the digest " + canonical + ", not the " +
+                        expect.tree_digest + " its record names; refused");
+    }
   }
   if (::chmod(staging.c_str(), 0755) != 0) return errno_error("chmod " + staging.string());
   // rename(2) replaces an empty directory at `target`.

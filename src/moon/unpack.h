@@ -12,7 +12,8 @@
 //     relative links that stay in the tree, normalised paths without "." or "..", created
 //     with O_NOFOLLOW | O_EXCL below the fresh directory; the bytes read must hash to the
 //     expected digest again when they were hashed (the file may have changed since);
-//   - the tree digest of what was written (computed while writing, no second read) must
+//   - the tree digest of the extracted directory, as a run computes it (scan_pack: the
+//     archive's entry order, implicit parents and ignored entries do not change it), must
 //     equal the one the record or the pack's config names.
 #pragma once
 

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -179,6 +180,13 @@ TEST_F(MoonDaemon, PushListInspectPullThroughTheDaemon) {
   r = soyaos({"pack", "pull", "hello-report@1.0.0", "-o", (dir_.path() / "t").string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("tampered"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "t"));
+  // Its variant of another size: refused on the size, before anything is unpacked.
+  std::ofstream(blob, std::ios::binary | std::ios::app) << "x";
+  r = soyaos({"pack", "pull", "hello-report@1.0.0", "-o", (dir_.path() / "t").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tampered"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bytes, not"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir_.path() / "t"));
   expect_client_home_unused();
 }
@@ -616,15 +624,31 @@ TEST_F(MoonDaemon, FlagsThatTravelTrustAClientOnlyWithItsOwnRuns) {
                {"moon", ""}};
   json bogus = flag;
   bogus["surface"] = "everything";
+  const std::string mine = "01NOBODYRUN0000000000000002";
+  const json started_of_tree = event_of("run_started", mine, {{"digest", tree}});
   auto replies = call_as_nobody(sock, {{{"op", "remote_origin"}, {"origin", elsewhere}},
                                        {{"op", "queue_run_flag"}, {"run_id", theirs}},
                                        {{"op", "queued_flags"}},
                                        {{"op", "flag_publish_result"}, {"id", queued_id}, {"referrer", c}},
                                        {{"op", "received_flag"}, {"flag", bogus}},
-                                       {{"op", "received_flag"}, {"flag", flag}}});
-  ASSERT_EQ(replies.size(), 6u) << read_file(dir_.path() / "peer.log");
-  EXPECT_EQ(replies[0]["errno"], EPERM) << replies[0].dump();
-  EXPECT_NE(replies[0].value("error", "").find("has no approved version"), std::string::npos) << replies[0].dump();
+                                       {{"op", "received_flag"}, {"flag", flag}},
+                                       // Its own run of root's content, with a violation it streamed:
+                                       // not queued, only a note (the record is the client's word).
+                                       {{"op", "run_begin"}, {"run_id", mine}, {"event", started_of_tree}},
+                                       {{"op", "run_events"}, {"run_id", mine},
+                                        {"events", json::array({event_of("capability_violation", mine)})}},
+                                       {{"op", "queue_run_flag"}, {"run_id", mine}}});
+  ASSERT_EQ(replies.size(), 9u) << read_file(dir_.path() / "peer.log");
+  EXPECT_EQ(replies[6]["ok"], true) << replies[6].dump();
+  EXPECT_EQ(replies[7]["ok"], true) << replies[7].dump();
+  ASSERT_EQ(replies[8]["ok"], true) << replies[8].dump();
+  EXPECT_TRUE(replies[8]["queued"]["registries"].empty()) << replies[8].dump();
+  EXPECT_NE(replies[8]["queued"]["notes"].dump().find("only the runs of root or the Moon's owner"), std::string::npos)
+      << replies[8].dump();
+  // Another user's origin is not recorded (it would apply to the owner's runs too), and the
+  // flag of another user's run is not queued: both only in the daemon's log.
+  EXPECT_EQ(replies[0]["ok"], true) << replies[0].dump();
+  EXPECT_EQ(replies[0]["recorded"], false) << replies[0].dump();
   EXPECT_EQ(replies[1]["errno"], EPERM) << replies[1].dump();
   ASSERT_EQ(replies[2]["ok"], true) << replies[2].dump();
   EXPECT_TRUE(replies[2]["flags"].empty()) << "another user's queued flag was shown: " << replies[2].dump();
@@ -698,6 +722,14 @@ TEST_F(MoonDaemon, ConsentRecordsAreStampedAndBoundedByTheDaemon) {
   EXPECT_EQ(replies[37]["ok"], true) << "a signature already held is no 33rd: " << replies[37].dump();
   EXPECT_EQ(replies[37]["added"], false) << replies[37].dump();
   EXPECT_EQ(replies[38]["signatures"].size(), 32u);
+  {
+    // The bound is nobody's: root (the owner) still keeps a signature for that digest.
+    RawClient root(sock);
+    ASSERT_TRUE(root.connected());
+    const json added = json::parse(root.call({{"op", "add_signature"}, {"signature", signature(40)}, {"event", nullptr}}));
+    EXPECT_EQ(added["ok"], true) << added.dump();
+    EXPECT_EQ(json::parse(root.call({{"op", "signatures"}, {"digest", digest}}))["signatures"].size(), 33u);
+  }
   d.kill(SIGTERM);
   EXPECT_EQ(d.wait(15), 0);
   EXPECT_NE(read_file(dir_.path() / "peer.log").find("add_approval by uid=65534"), std::string::npos)

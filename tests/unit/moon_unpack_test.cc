@@ -1,7 +1,7 @@
 // The one unpacking path of stored pack archives (moon/unpack.h), used by the local
 // registry's pull and by registry packs' pull and run: size and digest verified before
-// anything is unpacked, the tree digest computed while writing and checked, nothing left
-// at the destination on any failure.
+// anything is unpacked, the extracted tree's digest (as a run computes it) checked, nothing
+// left at the destination on any failure.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -141,6 +141,65 @@ TEST(MoonUnpack, TreeDigestOtherThanTheRecordsIsRefused) {
   e.verified = true;
   EXPECT_FALSE(unpack(a.file, e, t.path() / "out"));
   EXPECT_FALSE(fs::exists(t.path() / "out"));
+  no_staging_left(t.path());
+}
+
+// One ustar entry: a header for `name` (a regular file of `content`), then the content padded.
+std::string tar_file_entry(const std::string& name, const std::string& content) {
+  std::array<char, 512> h{};
+  std::memcpy(h.data(), name.data(), name.size());
+  std::snprintf(h.data() + 100, 8, "%07o", 0644);
+  std::snprintf(h.data() + 108, 8, "%07o", 0);
+  std::snprintf(h.data() + 116, 8, "%07o", 0);
+  std::snprintf(h.data() + 124, 12, "%011o", static_cast<unsigned>(content.size()));
+  std::snprintf(h.data() + 136, 12, "%011o", 0);
+  h[156] = '0';
+  std::memcpy(h.data() + 257, "ustar", 6);
+  std::memcpy(h.data() + 263, "00", 2);
+  std::memset(h.data() + 148, ' ', 8);
+  unsigned sum = 0;
+  for (char c : h) sum += static_cast<unsigned char>(c);
+  std::snprintf(h.data() + 148, 8, "%06o", sum);
+  return std::string(h.data(), h.size()) + content + std::string((512 - content.size() % 512) % 512, '\0');
+}
+
+// The same content archived another way than write_archive does (entries out of order, a
+// parent directory left implicit) has the same tree digest once unpacked: the one a run
+// computes. The digest hashed from that archive's entries as they come is not accepted in
+// its place — else one content could be published under many tree digests, and its runs'
+// flags (keyed by the run's digest) would not find its origin.
+TEST(MoonUnpack, TheTreeDigestIsTheContentsWhateverTheArchivesOrder) {
+  TmpDir t;
+  write_file(t.path() / "ref" / "a.txt", "alpha\n");
+  write_file(t.path() / "ref" / "sub" / "b.txt", "beta\n");
+  auto canonical = tree_digest(t.path() / "ref");
+  ASSERT_TRUE(canonical) << canonical.error().describe();
+  const std::string tar =
+      tar_file_entry("sub/b.txt", "beta\n") + tar_file_entry("a.txt", "alpha\n") + std::string(1024, '\0');
+  write_file(t.path() / "other.tar", tar);
+  UnpackExpect e;
+  e.what = "other";
+  e.digest = "sha256:" + sha256_hex(tar);
+  e.size = tar.size();
+  e.size_known = true;
+  // What the entries hash to in archive order: not the content's digest.
+  fs::create_directories(t.path() / "scratch");
+  UniqueFd fd(::open((t.path() / "other.tar").c_str(), O_RDONLY | O_CLOEXEC));
+  auto streamed = extract_archive_info(fd.get(), t.path() / "scratch");
+  ASSERT_TRUE(streamed) << streamed.error().describe();
+  ASSERT_NE(streamed->tree_digest, *canonical);
+  e.tree_digest = streamed->tree_digest;
+  auto s = unpack(t.path() / "other.tar", e, t.path() / "refused");
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("has the digest " + *canonical), std::string::npos) << s.error().message;
+  EXPECT_FALSE(fs::exists(t.path() / "refused"));
+  e.tree_digest = *canonical;
+  auto ok = unpack(t.path() / "other.tar", e, t.path() / "out");
+  ASSERT_TRUE(ok) << ok.error().describe();
+  EXPECT_EQ(read_file(t.path() / "out" / "sub" / "b.txt"), "beta\n");
+  auto again = tree_digest(t.path() / "out");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, *canonical);
   no_staging_left(t.path());
 }
 
