@@ -207,22 +207,7 @@ TEST(MoonUnpack, TheTreeDigestIsTheContentsWhateverTheArchivesOrder) {
 // not have): the extractor's own rules still refuse it, nothing is left.
 TEST(MoonUnpack, HostileArchiveWithAMatchingDigestIsStillRefused) {
   TmpDir t;
-  std::array<char, 512> h{};
-  const std::string name = "../escape.txt";
-  std::memcpy(h.data(), name.data(), name.size());
-  std::snprintf(h.data() + 100, 8, "%07o", 0644);
-  std::snprintf(h.data() + 108, 8, "%07o", 0);
-  std::snprintf(h.data() + 116, 8, "%07o", 0);
-  std::snprintf(h.data() + 124, 12, "%011o", 0);
-  std::snprintf(h.data() + 136, 12, "%011o", 0);
-  h[156] = '0';
-  std::memcpy(h.data() + 257, "ustar", 6);
-  std::memcpy(h.data() + 263, "00", 2);
-  std::memset(h.data() + 148, ' ', 8);
-  unsigned sum = 0;
-  for (char c : h) sum += static_cast<unsigned char>(c);
-  std::snprintf(h.data() + 148, 8, "%06o", sum);
-  const std::string tar = std::string(h.data(), h.size()) + std::string(1024, '\0');
+  const std::string tar = tar_file_entry("../escape.txt", "") + std::string(1024, '\0');
   write_file(t.path() / "evil.tar", tar);
   UnpackExpect e;
   e.what = "evil";
