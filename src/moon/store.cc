@@ -4,6 +4,7 @@
 #include "moon/store_sql.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -315,7 +316,17 @@ Result<Store> Store::open(const fs::path& home) {
   int persist = 1;
   (void)sqlite3_file_control(store.db_, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
   // WAL: readers never block the writer; synchronous=FULL: durable at COMMIT (E4).
-  if (auto s = exec(store.db_, store.path_, "PRAGMA journal_mode=WAL", "set WAL mode"); !s) return s.error();
+  // SQLite answers this pragma SQLITE_BUSY at once, without its busy handler, while another
+  // connection is creating the database or switching it to WAL (processes opening a new
+  // home together: MoonChain.TenWriterProcessesKeepOneValidChain failed 2 runs in 10 on a
+  // loaded machine). Retried here, within the same busy timeout.
+  for (int waited_ms = 0;; ) {
+    auto s = exec(store.db_, store.path_, "PRAGMA journal_mode=WAL", "set WAL mode");
+    if (s) break;
+    if ((sqlite3_extended_errcode(store.db_) & 0xff) != SQLITE_BUSY || waited_ms >= busy_timeout_ms()) return s.error();
+    ::usleep(2000);
+    waited_ms += 2;
+  }
   if (auto s = exec(store.db_, store.path_, kConnectionPragmas, "set pragmas"); !s) return s.error();
   sqlite3_wal_hook(store.db_, checkpoint_when_large, nullptr);
   if (auto s = store.init_schema(); !s) return s.error();

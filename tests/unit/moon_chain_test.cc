@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <cstdio>
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -358,7 +359,10 @@ TEST(MoonChain, TenWriterProcessesKeepOneValidChain) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       auto s = EventStore::open(t.path());  // the first ones race to create the key too
-      if (!s) _exit(10);
+      if (!s) {
+        std::fprintf(stderr, "writer %d: open: %s\n", w, s.error().describe().c_str());
+        _exit(10);
+      }
       for (int b = 0; b < kBatches; ++b) {
         std::vector<json> batch;
         for (int i = 0; i < kBatch; ++i) batch.push_back(event("dns_query", "W" + std::to_string(w), b * kBatch + i));
