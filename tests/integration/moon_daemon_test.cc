@@ -476,46 +476,25 @@ TEST_F(MoonDaemon, AClientOfAnotherUidWritesOnlyIntoRunsItStarted) {
   d.start(daemon_home_, {"--socket", sock, "--group", "nogroup"}, dir_.path() / "peer.log");
   for (int i = 0; i < 250 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const std::string mine = "01NOBODYRUN0000000000000001";
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(pipefd[0]);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(120);
-    RawClient c(sock);
-    if (!c.connected()) ::_exit(121);
-    std::string out;
-    out += c.call({{"op", "append_events"}, {"events", json::array({event_of("capability_violation", theirs)})}}) + "\n";
-    out += c.call({{"op", "run_events"}, {"run_id", theirs}, {"events", json::array({event_of("run_finished", theirs)})}}) + "\n";
-    out += c.call({{"op", "flag"}, {"name", "comet-probe"}, {"version", "0.1.0"}, {"digest", ""}, {"run_id", theirs},
-                   {"violation", event_of("capability_violation", theirs)}}) + "\n";
-    out += c.call({{"op", "run_begin"}, {"run_id", theirs}, {"event", event_of("run_started", theirs)}}) + "\n";
-    // Its own run: accepted, attributed to nobody whatever it claims, flagged as its own.
-    out += c.call({{"op", "run_begin"}, {"run_id", mine}, {"event", event_of("run_started", mine)}}) + "\n";
-    out += c.call({{"op", "run_events"}, {"run_id", mine}, {"events", json::array({event_of("capability_violation", mine)})}}) + "\n";
-    out += c.call({{"op", "run_flag"}, {"run_id", mine}, {"violation", event_of("capability_violation", theirs)}}) + "\n";
-    if (::write(pipefd[1], out.data(), out.size()) != static_cast<ssize_t>(out.size())) ::_exit(122);
-    ::_exit(0);  // the connection drops without run_end: connection_lost
-  }
-  ::close(pipefd[1]);
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << " " << read_file(dir_.path() / "peer.log");
-  auto replies = lines(got);
-  ASSERT_EQ(replies.size(), 7u) << got;
+  // One connection as nobody; it drops without run_end when the client exits: connection_lost.
+  auto replies = call_as_nobody(
+      sock, {{{"op", "append_events"}, {"events", json::array({event_of("capability_violation", theirs)})}},
+             {{"op", "run_events"}, {"run_id", theirs}, {"events", json::array({event_of("run_finished", theirs)})}},
+             {{"op", "flag"}, {"name", "comet-probe"}, {"version", "0.1.0"}, {"digest", ""}, {"run_id", theirs},
+              {"violation", event_of("capability_violation", theirs)}},
+             {{"op", "run_begin"}, {"run_id", theirs}, {"event", event_of("run_started", theirs)}},
+             // Its own run: accepted, attributed to nobody whatever it claims, flagged as its own.
+             {{"op", "run_begin"}, {"run_id", mine}, {"event", event_of("run_started", mine)}},
+             {{"op", "run_events"}, {"run_id", mine}, {"events", json::array({event_of("capability_violation", mine)})}},
+             {{"op", "run_flag"}, {"run_id", mine}, {"violation", event_of("capability_violation", theirs)}}});
+  ASSERT_EQ(replies.size(), 7u) << read_file(dir_.path() / "peer.log");
   for (size_t i = 0; i < 4; ++i) {
-    const json r = json::parse(replies[i]);
-    EXPECT_EQ(r["ok"], false) << replies[i];
-    EXPECT_EQ(r["errno"], i == 3 ? EEXIST : EPERM) << replies[i];
+    EXPECT_EQ(replies[i]["ok"], false) << replies[i].dump();
+    EXPECT_EQ(replies[i]["errno"], i == 3 ? EEXIST : EPERM) << replies[i].dump();
   }
-  EXPECT_EQ(json::parse(replies[4])["ok"], true) << replies[4];
-  EXPECT_EQ(json::parse(replies[5])["ok"], true) << replies[5];
-  EXPECT_EQ(json::parse(replies[6])["ok"], false) << "a flag's reason must be the run's own violation: " << replies[6];
+  EXPECT_EQ(replies[4]["ok"], true) << replies[4].dump();
+  EXPECT_EQ(replies[5]["ok"], true) << replies[5].dump();
+  EXPECT_EQ(replies[6]["ok"], false) << "a flag's reason must be the run's own violation: " << replies[6].dump();
   // Root's run is untouched; nobody's is attributed to nobody and marked when it dropped.
   EXPECT_EQ(stored({"--run", theirs}).size(), before);
   std::vector<json> own;
