@@ -205,19 +205,33 @@ Status Client::get_blob_to_fd(const std::string& repo, const Descriptor& d, int 
   // request resumes it.
   constexpr std::size_t kWriteBatch = std::size_t{1} << 20;
   std::string pending;
+  // The file holds exactly `in_file` bytes of the blob outside flush(). A batch whose write
+  // fails part-way (ENOSPC, EFBIG past RLIMIT_FSIZE, EIO) is cut off again: the flush after
+  // the transfer writes the same batch from that offset (not after its partial copy), and a
+  // failed download leaves a clean prefix, never a torn batch.
+  uint64_t in_file = 0;
   auto flush = [&]() -> Status {
     std::string_view left = pending;
     while (!left.empty()) {
       const ssize_t n = ::write(fd, left.data(), left.size());
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return errno_error("write the download file");
+      if (n < 0) {
+        const Error failed = errno_error("write the download file");
+        const auto keep = static_cast<off_t>(in_file);
+        if (::ftruncate(fd, keep) != 0 || ::lseek(fd, keep, SEEK_SET) != keep) {
+          return errno_error("trim the download file after a failed write (" + failed.describe() + ")");
+        }
+        return failed;
+      }
       left.remove_prefix(static_cast<size_t>(n));
     }
+    in_file += pending.size();
     pending.clear();
     return {};
   };
   auto restart = [&]() -> Status {
     pending.clear();
+    in_file = 0;
     if (::ftruncate(fd, 0) != 0 || ::lseek(fd, 0, SEEK_SET) != 0) return errno_error("truncate the download file");
     hasher = std::make_unique<Sha256>();
     got = 0;

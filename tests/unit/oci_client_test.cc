@@ -5,13 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <string>
 
 #include "common/digest.h"
 #include "common/unique_fd.h"
 #include "oci/client.h"
+#include "child_test.h"
 #include "registry_server.h"
 
 namespace soyaos::oci {
@@ -124,6 +129,51 @@ TEST_F(OciClientTest, ChunkedUploadMountAndVerifiedDownload) {
   const std::string wrong = "sha256:" + sha256_hex("other");
   auto bad = client_->get_blob_to_fd("team/b", Descriptor{"application/octet-stream", wrong, big.size()}, fd.get());
   EXPECT_FALSE(bad.ok());
+}
+
+
+// A download whose write fails part-way (in a child whose RLIMIT_FSIZE ends the file in the
+// middle of the second ~1 MiB write batch: a short write, then EFBIG) fails, and the file
+// holds exactly the batch written before, not the torn start of the failed one (it used to
+// keep it, up to the limit).
+TEST_F(OciClientTest, FailedDownloadWriteLeavesNoTornBatch) {
+  constexpr std::size_t kBatch = std::size_t{1} << 20;
+  constexpr std::size_t kLimit = kBatch + kBatch / 2;
+  std::string big(3 * kBatch, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 % 251);
+  const std::string digest = "sha256:" + sha256_hex(big);
+  ClientOptions o;
+  o.insecure = true;
+  o.insecure_hosts = {reg_.address()};
+  o.chunk_size = 0;  // one PUT
+  auto pusher = Client::open(reg_.address(), o);
+  ASSERT_TRUE(pusher.ok());
+  ASSERT_TRUE(pusher->push_blob("team/big", big, digest));
+  const std::string out = (dir_ / "out").string();
+  const std::string report = testing::run_in_child([&](int report) {
+    UniqueFd fd(::open(out.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) testing::child_fail(report, __LINE__, "open", -1, errno);
+    const rlimit lim{kLimit, kLimit};
+    CHILD_EXPECT_OK(::setrlimit(RLIMIT_FSIZE, &lim));
+    if (::signal(SIGXFSZ, SIG_IGN) == SIG_ERR) testing::child_fail(report, __LINE__, "signal", -1, errno);
+    auto s = client_->get_blob_to_fd("team/big", Descriptor{"application/octet-stream", digest, big.size()}, fd.get());
+    if (s.ok()) testing::child_fail(report, __LINE__, "the download succeeded past RLIMIT_FSIZE", 0, 0);
+    if (s.error().describe().find("File too large") == std::string::npos) {
+      testing::child_fail(report, __LINE__, s.error().describe().c_str(), 0, 0);
+    }
+  });
+  ASSERT_EQ(report, "");
+  // The first batch is the first transfer pieces that reach 1 MiB: a little more than 1 MiB,
+  // never up to the limit, where the torn second batch ended.
+  struct stat st {};
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  EXPECT_GE(size, kBatch);
+  EXPECT_LT(size, kLimit);
+  std::string got(size, '\0');
+  UniqueFd fd(::open(out.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_EQ(::read(fd.get(), got.data(), got.size()), static_cast<ssize_t>(size));
+  EXPECT_TRUE(got == big.substr(0, size)) << "the file is not a prefix of the blob";
 }
 
 }  // namespace
