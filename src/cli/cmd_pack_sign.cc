@@ -13,6 +13,9 @@
 // diff: what B may do that A may not, and the reverse (policy/capability_diff.h). A and B
 // are pack directories, local NAME@VERSION or registry references (config blob only). Exit 0; with --exit-code, 1 when B is wider
 // than A (the question a review gate asks); 2 usage or an unreadable pack.
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -29,6 +32,7 @@
 #include "common/minisign.h"
 #include "common/secret_bytes.h"
 #include "common/text.h"
+#include "common/unique_fd.h"
 #include "manifest/manifest.h"
 #include "moon/backend.h"
 #include "moon/consent.h"
@@ -46,18 +50,16 @@ using json = nlohmann::ordered_json;
 
 // The environment variable a signing key's password may come from (CI); else stdin.
 constexpr const char* kPasswordEnv = "SOYAOS_KEY_PASSWORD";
-constexpr size_t kMaxKeyFileBytes = size_t{64} * 1024;
 
-Result<std::string> read_small_file(const fs::path& p, size_t max, const char* what) {
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return make_error(std::string(what) + " " + p.string() + ": not a regular file");
-  const auto size = fs::file_size(p, ec);
-  if (ec) return make_error(std::string(what) + " " + p.string() + ": " + ec.message());
-  if (size > max) return make_error(std::string(what) + " " + p.string() + ": larger than " + std::to_string(max) + " bytes");
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return errno_error(std::string("open ") + what + " " + p.string());
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return text;
+// The key file's text, read straight into wiped, unswappable pages (an unencrypted minisign
+// key file is the key itself); at most SecretBytes::kMaxBytes (64 KiB).
+Result<SecretBytes> read_key_file(const std::string& file) {
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return errno_error("open secret key " + file);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_error("stat secret key " + file);
+  if (!S_ISREG(st.st_mode)) return make_error("secret key " + file + ": not a regular file");
+  return SecretBytes::read_all(fd.get(), "secret key " + file);
 }
 
 // $SOYAOS_KEY_PASSWORD; else a line typed without echo on a terminal; else stdin to its
@@ -68,9 +70,9 @@ Result<SecretBytes> read_password() {
 }
 
 Result<minisign::SecretKey> load_secret_key(const std::string& file) {
-  auto text = read_small_file(file, kMaxKeyFileBytes, "secret key");
+  auto text = read_key_file(file);
   if (!text) return text.error();
-  auto parsed = minisign::parse_secret_key(*text);
+  auto parsed = minisign::parse_secret_key(text->view());
   if (!parsed) return make_error(file + ": " + parsed.error().message);
   if (!parsed->encrypted) return minisign::decrypt(*parsed, "");
   auto password = read_password();

@@ -14,6 +14,8 @@
 #include <optional>
 #include <vector>
 
+#include "common/wipe.h"
+
 namespace soyaos::minisign {
 namespace {
 
@@ -198,9 +200,12 @@ Result<std::string> comment_of(std::string_view line, std::string_view prefix, s
 Result<std::string> decode_exact(std::string_view line, size_t bytes, const char* what) {
   auto raw = base64_decode(line);
   if (!raw) return make_error(std::string(what) + ": " + raw.error().message);
-  if (raw->size() != bytes)
-    return make_error(std::string(what) + ": " + std::to_string(raw->size()) + " bytes where " + std::to_string(bytes) +
+  if (raw->size() != bytes) {
+    const size_t got = raw->size();
+    wipe(*raw);  // it may be (a part of) a secret key
+    return make_error(std::string(what) + ": " + std::to_string(got) + " bytes where " + std::to_string(bytes) +
                       " were expected");
+  }
   return raw;
 }
 
@@ -235,6 +240,7 @@ std::string checksum(const std::array<uint8_t, 104>& keynum_sk) {
 }  // namespace
 
 SecretKey::~SecretKey() { OPENSSL_cleanse(seed.data(), seed.size()); }
+SecretKeyFile::~SecretKeyFile() { OPENSSL_cleanse(keynum_sk.data(), keynum_sk.size()); }
 
 std::string key_id_hex(const KeyId& id) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -280,6 +286,11 @@ Result<std::string> base64_decode(std::string_view text) {
   if (text.size() % 4 != 0) return make_error("not base64 (length is not a multiple of 4)");
   std::string out;
   out.reserve(text.size() / 4 * 3);
+  // What was decoded before a bad character may be a part of a secret key: wiped.
+  auto refuse = [&out](const std::string& why) -> Error {
+    wipe(out);
+    return make_error(why);
+  };
   for (size_t i = 0; i < text.size(); i += 4) {
     const bool final_quad = i + 4 == text.size();
     int pad = 0;
@@ -292,12 +303,12 @@ Result<std::string> base64_decode(std::string_view text) {
         continue;
       }
       const int d = value(c);
-      if (d < 0 || pad > 0) return make_error("not base64 (unexpected character at " + std::to_string(i + j) + ")");
+      if (d < 0 || pad > 0) return refuse("not base64 (unexpected character at " + std::to_string(i + j) + ")");
       v = (v << 6) | static_cast<uint32_t>(d);
     }
     // Unused bits must be zero: exactly one encoding per byte string.
     if ((pad == 1 && (v & 0xFF) != 0) || (pad == 2 && (v & 0xFFFF) != 0))
-      return make_error("not base64 (non-canonical padding)");
+      return refuse("not base64 (non-canonical padding)");
     out += static_cast<char>(v >> 16);
     if (pad < 2) out += static_cast<char>((v >> 8) & 0xFF);
     if (pad < 1) out += static_cast<char>(v & 0xFF);
@@ -370,6 +381,7 @@ Result<SecretKeyFile> parse_secret_key(std::string_view text) {
   if (auto c = comment_of((*lines)[0], kUntrustedPrefix, kMaxCommentBytes, "secret key"); !c) return c.error();
   auto raw = decode_exact((*lines)[1], kSecretKeyFileBytes, "secret key");
   if (!raw) return raw.error();
+  const WipeOnExit wipe_raw(*raw);  // the secret key itself when not encrypted
   const std::string_view r = *raw;
   if (r.substr(0, 2) != "Ed") return make_error("secret key: unsupported signature algorithm (not Ed25519 \"Ed\")");
   SecretKeyFile f;
@@ -420,6 +432,7 @@ Result<Signature> parse_signature(std::string_view text) {
 
 Result<SecretKey> decrypt(const SecretKeyFile& file, std::string_view password) {
   std::array<uint8_t, 104> data = file.keynum_sk;
+  const WipeOnExit wipe_data(data);
   if (file.encrypted) {
     if (auto s = scrypt_xor(data, password, file.salt, file.opslimit, file.memlimit); !s) return s.error();
   }
@@ -429,7 +442,6 @@ Result<SecretKey> decrypt(const SecretKeyFile& file, std::string_view password) 
   const uint8_t* stored = data.data() + kKeyIdBytes + 64;
   const bool unset = !file.encrypted && std::all_of(stored, stored + 32, [](uint8_t b) { return b == 0; });
   if (!unset && CRYPTO_memcmp(sum.data(), stored, 32) != 0) {
-    OPENSSL_cleanse(data.data(), data.size());
     return make_error(file.encrypted ? "wrong password (the key's checksum does not match)"
                                      : "secret key: corrupt (its checksum does not match)");
   }
@@ -437,7 +449,6 @@ Result<SecretKey> decrypt(const SecretKeyFile& file, std::string_view password) 
   std::memcpy(key.key_id.data(), data.data(), kKeyIdBytes);
   std::memcpy(key.seed.data(), data.data() + kKeyIdBytes, kSeedBytes);
   std::memcpy(key.public_key.data(), data.data() + kKeyIdBytes + kSeedBytes, kPublicKeyBytes);
-  OPENSSL_cleanse(data.data(), data.size());
   // The stored public half must be the seed's: a key that signs with one and names the
   // other would make signatures nobody can verify.
   auto derived = public_from_seed(key.seed);

@@ -69,6 +69,11 @@ struct SecretKeyFile {
   uint64_t opslimit = 0;
   uint64_t memlimit = 0;
   std::array<uint8_t, 104> keynum_sk{};     // key id ‖ secret key ‖ checksum (XORed when encrypted)
+  // keynum_sk is the secret key itself when the file is not encrypted: wiped when it dies.
+  SecretKeyFile() = default;
+  SecretKeyFile(const SecretKeyFile&) = default;
+  SecretKeyFile& operator=(const SecretKeyFile&) = default;
+  ~SecretKeyFile();
 };
 
 enum class Algorithm { prehashed, legacy };  // "ED" (BLAKE2b-512 of the message), "Ed"

@@ -22,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/digest.h"
+#include "common/secret_bytes.h"
 #include "common/unique_fd.h"
+#include "common/wipe.h"
 
 namespace soyaos::moon::chain {
 
@@ -67,7 +69,15 @@ std::optional<std::vector<unsigned char>> unbase64(std::string_view text) {
   if (text.back() == '=') ++pad;
   if (text.size() >= 2 && text[text.size() - 2] == '=') ++pad;
   out.resize(static_cast<size_t>(n) - pad);
-  if (base64(out.data(), out.size()) != text) return std::nullopt;
+  // The text may be a private key's: its decoding and re-encoding are wiped when refused
+  // (on success the caller wipes what it keeps).
+  std::string again = base64(out.data(), out.size());
+  const bool canonical = again == text;
+  wipe(again);
+  if (!canonical) {
+    wipe(out);
+    return std::nullopt;
+  }
   return out;
 }
 
@@ -122,8 +132,10 @@ Result<fs::path> write_temp(const fs::path& dir, const std::string& stem, std::s
   return tmp;
 }
 
+// The PEM text of `key`; for the private half the caller wipes it (and OpenSSL's buffer is a
+// secure-memory BIO, cleared when freed).
 std::string pem_of(EVP_PKEY* key, bool private_half) {
-  Bio mem(BIO_new(BIO_s_mem()));
+  Bio mem(BIO_new(private_half ? BIO_s_secmem() : BIO_s_mem()));
   if (!mem) return "";
   const int ok = private_half ? PEM_write_bio_PrivateKey(mem.get(), key, nullptr, nullptr, 0, nullptr, nullptr)
                               : PEM_write_bio_PUBKEY(mem.get(), key);
@@ -141,7 +153,8 @@ using RawKey = std::array<unsigned char, 32>;
 // directly, that is a base64 decode; OpenSSL's PEM reader first enumerates every decoder of
 // every provider, ~2 ms of CPU for each of the two keys that every process that stores
 // events loads (issue #16, docs/benchmarks.md). Anything else goes to OpenSSL's reader.
-std::optional<RawKey> parse_canonical_ed25519(const std::string& pem, bool private_half) {
+// The raw key goes to `out` (wiped by the caller): every copy of a seed is one more to wipe.
+bool parse_canonical_ed25519(std::string_view pem, bool private_half, RawKey& out) {
   static constexpr unsigned char kPkcs8[] = {0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06,
                                              0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20};
   static constexpr unsigned char kSpki[] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
@@ -150,43 +163,39 @@ std::optional<RawKey> parse_canonical_ed25519(const std::string& pem, bool priva
   const std::string_view text(pem);
   if (text.size() <= head.size() + tail.size() || text.substr(0, head.size()) != head ||
       text.substr(text.size() - tail.size()) != tail) {
-    return std::nullopt;
+    return false;
   }
   auto der = unbase64(text.substr(head.size(), text.size() - head.size() - tail.size()));
   const unsigned char* prefix = private_half ? kPkcs8 : kSpki;
   const size_t prefix_size = private_half ? sizeof kPkcs8 : sizeof kSpki;
-  if (!der) return std::nullopt;
-  std::optional<RawKey> raw;
-  if (der->size() == prefix_size + 32 && std::memcmp(der->data(), prefix, prefix_size) == 0) {
-    raw.emplace();
-    std::memcpy(raw->data(), der->data() + prefix_size, raw->size());
-  }
-  OPENSSL_cleanse(der->data(), der->size());
-  return raw;
+  if (!der) return false;
+  const WipeOnExit wipe_der(*der);
+  if (der->size() != prefix_size + out.size() || std::memcmp(der->data(), prefix, prefix_size) != 0) return false;
+  std::memcpy(out.data(), der->data() + prefix_size, out.size());
+  return true;
 }
 
-// The raw key bytes (the private seed, or the public key) of `key`.
-std::optional<RawKey> raw_of(EVP_PKEY* key, bool private_half) {
-  RawKey raw{};
-  size_t len = raw.size();
-  const int ok = private_half ? EVP_PKEY_get_raw_private_key(key, raw.data(), &len)
-                              : EVP_PKEY_get_raw_public_key(key, raw.data(), &len);
-  if (ok != 1 || len != raw.size()) return std::nullopt;
-  return raw;
+// The raw key bytes (the private seed, or the public key) of `key` into `out` (wiped by the
+// caller).
+bool raw_of(EVP_PKEY* key, bool private_half, RawKey& out) {
+  size_t len = out.size();
+  const int ok = private_half ? EVP_PKEY_get_raw_private_key(key, out.data(), &len)
+                              : EVP_PKEY_get_raw_public_key(key, out.data(), &len);
+  return ok == 1 && len == out.size();
 }
 
-// The 32 raw bytes of an Ed25519 PEM key: the seed of a private key, or a public key.
-Result<RawKey> parse_pem(const std::string& pem, bool private_half, const fs::path& where) {
-  if (auto fast = parse_canonical_ed25519(pem, private_half)) return *fast;
+// The 32 raw bytes of an Ed25519 PEM key into `out` (wiped by the caller): the seed of a
+// private key, or a public key.
+Status parse_pem(std::string_view pem, bool private_half, const fs::path& where, RawKey& out) {
+  if (parse_canonical_ed25519(pem, private_half, out)) return {};
   Bio mem(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   if (!mem) return make_error("read " + where.string() + ": out of memory", ENOMEM);
   Pkey key(private_half ? PEM_read_bio_PrivateKey(mem.get(), nullptr, nullptr, nullptr)
                         : PEM_read_bio_PUBKEY(mem.get(), nullptr, nullptr, nullptr));
   if (!key) return make_error(where.string() + " is not a PEM " + (private_half ? "private" : "public") + " key");
   if (EVP_PKEY_get_id(key.get()) != EVP_PKEY_ED25519) return make_error(where.string() + " is not an Ed25519 key");
-  auto raw = raw_of(key.get(), private_half);
-  if (!raw) return make_error(where.string() + ": OpenSSL did not give the raw Ed25519 key");
-  return *raw;
+  if (!raw_of(key.get(), private_half, out)) return make_error(where.string() + ": OpenSSL did not give the raw Ed25519 key");
+  return {};
 }
 
 std::string key_id_of(const RawKey& public_key) {
@@ -194,8 +203,9 @@ std::string key_id_of(const RawKey& public_key) {
                           .substr(0, 16);
 }
 
-// Opens an existing key file, refusing one that is not ours alone (it signs the record).
-Result<std::string> read_private_file(const fs::path& p) {
+// Opens an existing key file, refusing one that is not ours alone (it signs the record); its
+// text is read straight into wiped, unswappable pages.
+Result<SecretBytes> read_private_file(const fs::path& p) {
   UniqueFd fd(::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return errno_error("open " + p.string());
   struct stat st {};
@@ -206,7 +216,7 @@ Result<std::string> read_private_file(const fs::path& p) {
                           " and readable by its owner only (mode 0600): it signs the Scope record",
                       EPERM);
   }
-  return read_small(p, fd.get());
+  return SecretBytes::read_all(fd.get(), p.string());
 }
 
 // The ids of a public PEM file and its raw key; nullopt when absent.
@@ -258,11 +268,10 @@ namespace {
 
 // The key pair of a private seed (libsodium's own key derivation) into a MoonKey::Impl.
 template <class KeyImpl>
-Status set_private(KeyImpl& impl, RawKey& seed) {
+Status set_private(KeyImpl& impl, const RawKey& seed) {
   // Idempotent and thread-safe; -1 only when libsodium cannot run at all.
   if (sodium_init() < 0) return make_error("initialise libsodium for the Moon's signing key");
   const int rc = crypto_sign_ed25519_seed_keypair(impl.public_key.data(), impl.secret.data(), seed.data());
-  sodium_memzero(seed.data(), seed.size());
   if (rc != 0) return make_error("derive the Moon's Ed25519 key pair: libsodium refused");
   impl.has_private = true;
   return {};
@@ -282,11 +291,13 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
   auto existing = read_private_file(key_file);
   if (!existing && existing.error().err != ENOENT) return existing.error();
   Pkey created;  // a new key: OpenSSL generates and encodes it (once per home)
+  // The seed, in this one buffer, wiped on every way out (the PEM text is a SecretBytes,
+  // wiped as it dies; libsodium's key pair lives in Impl, wiped by its destructor).
+  RawKey seed{};
+  const WipeOnExit wipe_seed(seed);
   if (existing) {
-    auto seed = parse_pem(*existing, true, key_file);
-    OPENSSL_cleanse(existing->data(), existing->size());
-    if (!seed) return seed.error();
-    if (auto s = set_private(*impl, *seed); !s) return s.error();
+    if (auto s = parse_pem(existing->view(), true, key_file, seed); !s) return s.error();
+    if (auto s = set_private(*impl, seed); !s) return s.error();
   } else {
     std::unique_ptr<EVP_PKEY_CTX, PkeyCtxFree> ctx(EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nullptr));
     EVP_PKEY* raw = nullptr;
@@ -294,10 +305,10 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
       return make_error("generate the Moon's Ed25519 key: OpenSSL refused");
     }
     created.reset(raw);
-    auto seed = raw_of(raw, true);
-    if (!seed) return make_error("generate the Moon's Ed25519 key: OpenSSL did not give the raw key");
-    if (auto s = set_private(*impl, *seed); !s) return s.error();
-    const std::string pem = pem_of(raw, true);
+    if (!raw_of(raw, true, seed)) return make_error("generate the Moon's Ed25519 key: OpenSSL did not give the raw key");
+    if (auto s = set_private(*impl, seed); !s) return s.error();
+    std::string pem = pem_of(raw, true);
+    const WipeOnExit wipe_pem(pem);
     if (pem.empty()) return make_error("encode the Moon's Ed25519 key: OpenSSL refused");
     auto tmp = write_temp(home, "moon.key", pem, 0600);
     if (!tmp) return tmp.error();
@@ -315,9 +326,9 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
   auto pub = read_public_file(pub_file);
   if (!pub) return pub.error();
   if (*pub) {
-    auto k = parse_pem(**pub, false, pub_file);
-    if (!k) return k.error();
-    if (*k != impl->public_key) {
+    RawKey k{};
+    if (auto s = parse_pem(**pub, false, pub_file, k); !s) return s.error();
+    if (k != impl->public_key) {
       return make_error(pub_file.string() + " is not the public half of " + key_file.string() +
                         ": one of them was replaced", EINVAL);
     }
@@ -346,10 +357,8 @@ Result<std::optional<MoonKey>> MoonKey::load_public(const fs::path& home) {
   auto pub = read_public_file(pub_file);
   if (!pub) return pub.error();
   if (!*pub) return std::optional<MoonKey>();
-  auto k = parse_pem(**pub, false, pub_file);
-  if (!k) return k.error();
   auto impl = std::make_unique<Impl>();
-  impl->public_key = *k;
+  if (auto s = parse_pem(**pub, false, pub_file, impl->public_key); !s) return s.error();
   return std::optional<MoonKey>(MoonKey(std::move(impl)));
 }
 
@@ -357,10 +366,8 @@ Result<MoonKey> MoonKey::public_from_file(const fs::path& pem) {
   auto text = read_public_file(pem);
   if (!text) return text.error();
   if (!*text) return make_error("open " + pem.string(), ENOENT);
-  auto k = parse_pem(**text, false, pem);
-  if (!k) return k.error();
   auto impl = std::make_unique<Impl>();
-  impl->public_key = *k;
+  if (auto s = parse_pem(**text, false, pem, impl->public_key); !s) return s.error();
   return MoonKey(std::move(impl));
 }
 
