@@ -14,7 +14,6 @@
 #include <sched.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
-#include <nftables/libnftables.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +21,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+
+#include "comet/nft_api.h"
 
 namespace soyaos::comet {
 namespace {
@@ -239,16 +240,20 @@ Status setup_links() {
 // ---- nftables ----
 
 Status install_ruleset(const std::string& text) {
-  std::unique_ptr<nft_ctx, decltype(&nft_ctx_free)> ctx(nft_ctx_new(NFT_CTX_DEFAULT), &nft_ctx_free);
+  // Loaded by the parent before clone3/fork (nft_api.h); here it only returns the table.
+  auto nft = nft_api();
+  if (!nft) return make_error("nftables: " + nft.error().message, nft.error().err);
+  const NftApi& api = **nft;
+  std::unique_ptr<nft_ctx, void (*)(nft_ctx*)> ctx(api.ctx_new(NFT_CTX_DEFAULT), api.ctx_free);
   if (!ctx) return make_error("nftables: nft_ctx_new failed", ENOMEM);
   // Buffer both streams: library code never prints.
-  if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0) {
+  if (api.ctx_buffer_output(ctx.get()) != 0 || api.ctx_buffer_error(ctx.get()) != 0) {
     return make_error("nftables: cannot buffer output", ENOMEM);
   }
   errno = 0;
-  if (nft_run_cmd_from_buffer(ctx.get(), text.c_str()) != 0) {
+  if (api.run_cmd_from_buffer(ctx.get(), text.c_str()) != 0) {
     int err = errno != 0 ? errno : EPERM;
-    std::string detail = nft_ctx_get_error_buffer(ctx.get());
+    std::string detail = api.ctx_get_error_buffer(ctx.get());
     while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
     return make_error("nftables: install ruleset: " + (detail.empty() ? std::string("failed") : detail), err);
   }
@@ -556,6 +561,8 @@ void prefer_unpaced_loopback_tcp() {
 }
 
 Result<UniqueFd> hold_netfilter_hooks() {
+  // Before the fork: the child only installs (nft_api.h).
+  if (auto nft = nft_api(); !nft) return make_error("netfilter hooks holder: " + nft.error().message, nft.error().err);
   int ready[2];
   int release[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return errno_error("pipe2");

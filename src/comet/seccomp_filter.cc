@@ -1,3 +1,6 @@
+// The agent's seccomp table and its compilation with libseccomp. Built into the generator
+// (soyaos_seccomp_gen, which embeds the compiled program in soyaos) and the unit tests, not
+// into soyaos: the running supervisor never loads libseccomp (seccomp_program.cc).
 #include "comet/seccomp_filter.h"
 
 #include <errno.h>
@@ -367,36 +370,6 @@ std::vector<Row> agent_table(bool observe_paths) {
   return t;
 }
 
-// x86_64 numbers of syscalls libseccomp 2.5.4 does not name (arch/x86/entry/syscalls/syscall_64.tbl).
-struct NewerSyscall {
-  const char* name;
-  int nr;
-};
-constexpr NewerSyscall kNewerSyscalls[] = {
-    {"statmount", 457},     {"listmount", 458},     {"lsm_get_self_attr", 459}, {"lsm_set_self_attr", 460},
-    {"lsm_list_modules", 461}, {"mseal", 462},      {"setxattrat", 463},        {"getxattrat", 464},
-    {"listxattrat", 465},   {"removexattrat", 466}, {"open_tree_attr", 467},    {"file_getattr", 468},
-    {"file_setattr", 469},
-};
-
-}  // namespace
-
-int newer_syscall_nr(const char* name) {
-  for (const auto& s : kNewerSyscalls) {
-    if (std::strcmp(s.name, name) == 0) return s.nr;
-  }
-  return 0;
-}
-
-const char* newer_syscall_name(int nr) {
-  for (const auto& s : kNewerSyscalls) {
-    if (s.nr == nr) return s.name;
-  }
-  return nullptr;
-}
-
-namespace {
-
 struct CtxDeleter {
   void operator()(void* ctx) const { seccomp_release(ctx); }
 };
@@ -473,21 +446,6 @@ Result<std::string> agent_filter_pfc() {
   Result<Ctx> ctx = build_context();
   if (!ctx) return ctx.error();
   return export_to_string(*ctx, seccomp_export_pfc, "seccomp_export_pfc");
-}
-
-Result<UniqueFd> install_agent_filter(const SeccompProgram& program) {
-  // SAFETY: PR_SET_NO_NEW_PRIVS is required for an unprivileged filter and is idempotent.
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno_error("prctl PR_SET_NO_NEW_PRIVS");
-  sock_fprog fprog{};
-  fprog.len = static_cast<unsigned short>(program.instructions.size());
-  fprog.filter = const_cast<sock_filter*>(program.instructions.data());
-  // TSYNC with NEW_LISTENER needs TSYNC_ESRCH (both would otherwise use the return value).
-  const unsigned long flags =
-      SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH;
-  // SAFETY: raw seccomp(2); the kernel copies the program, fprog need not outlive the call.
-  long fd = ::syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
-  if (fd < 0) return errno_error("seccomp SECCOMP_SET_MODE_FILTER");
-  return UniqueFd(static_cast<int>(fd));  // the listener is O_CLOEXEC by construction
 }
 
 }  // namespace soyaos::comet

@@ -1,5 +1,5 @@
-// The agent's seccomp filter: compiled in the supervisor before the child exists
-// (libseccomp -> classic BPF), installed in the child with a raw seccomp(2) call.
+// The agent's seccomp filter: compiled at build time (libseccomp -> classic BPF, see
+// build_agent_filter), installed in the child with a raw seccomp(2) call.
 //
 // Policy (the full table with a reason per row is in seccomp_filter.cc and docs/seccomp.md):
 //   - default: ERRNO(EPERM) for anything not listed (Docker's choice);
@@ -25,6 +25,11 @@ namespace soyaos::comet {
 // table can name them and the observer can report them by name. 0 / nullptr when unknown.
 int newer_syscall_nr(const char* name);
 const char* newer_syscall_name(int nr);
+
+// The x86_64 syscall `nr`'s name as libseccomp names it (a table the build generates with
+// libseccomp, so the running soyaos need not load it), else newer_syscall_name(nr);
+// nullptr when neither knows it.
+const char* syscall_name(int nr);
 
 // A compiled classic-BPF seccomp program (native x86_64 only).
 struct SeccompProgram {

@@ -6,7 +6,6 @@
 #include <linux/fsverity.h>
 #include <linux/openat2.h>
 #include <sched.h>
-#include <seccomp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -146,11 +145,8 @@ const char* syscall_name(int nr) {
   static std::map<int, std::string> cache;
   auto it = cache.find(nr);
   if (it == cache.end()) {
-    char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
-    const char* newer = comet::newer_syscall_name(nr);
-    it = cache.emplace(nr, name != nullptr ? std::string(name)
-                           : newer != nullptr ? std::string(newer) : "syscall_" + std::to_string(nr)).first;
-    std::free(name);  // NOLINT(cppcoreguidelines-no-malloc): libseccomp allocates with malloc
+    const char* name = comet::syscall_name(nr);  // libseccomp's names, tabled at build time
+    it = cache.emplace(nr, name != nullptr ? std::string(name) : "syscall_" + std::to_string(nr)).first;
   }
   return it->second.c_str();
 }

@@ -476,6 +476,24 @@ TEST_F(CometTest, MissingUserNamespacesRefuseToStart) {
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "ran"));
 }
 
+// libnftables is loaded (dlopen) only when a network layer is set up (src/comet/nft_api.h):
+// a library that cannot be loaded refuses the run (125) naming it, before the agent runs;
+// a command that starts no Comet does not load it at all.
+TEST_F(CometTest, UnloadableNftablesRefusesTheRunNamingIt) {
+  dir_.write("badlib/libnftables.so.1", "not a shared object\n");
+  const auto libdir = dir_.path() / "badlib";
+  const std::map<std::string, std::string> env = {{"LD_LIBRARY_PATH", libdir.string()}};
+  auto version = run_soyaos({"version"}, env, dir_.path());
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  auto run = run_soyaos({"run", pack_.string(), "--no-cache", "--out", (dir_.path() / "out").string(), "--",
+                         "write", "/workdir/out/ran"},
+                        env, dir_.path());
+  EXPECT_EQ(run.exit_code, 125) << run.err;
+  EXPECT_NE(run.err.find("network: cannot load libnftables.so.1 (the libnftables1 package)"), std::string::npos)
+      << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "ran"));
+}
+
 TEST_F(CometTest, InvalidManifestIsRefused) {
   set_manifest("soyapack: v0\nname: BAD\n");
   auto run = probe({"exit", "0"});

@@ -11,6 +11,7 @@
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <sched.h>
+#include <seccomp.h>
 #include <stddef.h>
 #include <sys/ioctl.h>
 #include <sys/personality.h>
@@ -138,6 +139,28 @@ TEST(SeccompFilter, EmbeddedProgramIsWhatLibseccompCompiles) {
   ASSERT_TRUE(a && b);
   EXPECT_TRUE(a->instructions.size() != b->instructions.size() ||
               std::memcmp(a->instructions.data(), b->instructions.data(), a->instructions.size() * sizeof(sock_filter)) != 0);
+}
+
+// The syscall names the observer reports (comet::syscall_name, a table generated at build
+// time so that soyaos does not load libseccomp) are libseccomp's, number for number.
+TEST(SeccompFilter, SyscallNamesAreLibseccomps) {
+  int named = 0;
+  for (int nr = 0; nr < 1024; ++nr) {
+    char* lib = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+    const char* ours = syscall_name(nr);
+    if (lib != nullptr) {
+      ++named;
+      EXPECT_STREQ(ours, lib) << nr;
+    } else {
+      EXPECT_STREQ(ours, newer_syscall_name(nr)) << nr;
+    }
+    std::free(lib);  // NOLINT(cppcoreguidelines-no-malloc): libseccomp allocates with malloc
+  }
+  EXPECT_GT(named, 300);
+  EXPECT_STREQ(syscall_name(__NR_openat), "openat");
+  EXPECT_STREQ(syscall_name(462), "mseal");  // newer than libseccomp 2.5.4
+  EXPECT_EQ(syscall_name(-1), nullptr);
+  EXPECT_EQ(syscall_name(100000), nullptr);
 }
 
 TEST(SeccompFilter, PfcMatchesGolden) {
