@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/libssl.h"
+
 namespace soyaos::supervisor {
 namespace {
 
@@ -50,6 +52,9 @@ Result<std::unique_ptr<Interception>> make_interception(const std::vector<manife
   for (const auto& s : secrets) icpt->secrets.push_back({s.name, s.placeholder, s.hosts, s.value.view()});
   const auto names = intercepted_tls_names(egress, secrets);
   if (!names.empty()) {
+    // libssl is loaded on first use (common/libssl.h): here, in the main thread before the
+    // Comet is cloned; a host without it refuses the run (125) naming the library.
+    if (auto s = load_libssl(); !s) return make_error("TLS interception: " + s.error().message, s.error().err);
     auto authority = TlsAuthority::create(names);
     if (!authority) return make_error("the run's certificate authority: " + authority.error().describe());
     icpt->authority = std::move(authority.value());

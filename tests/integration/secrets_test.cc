@@ -261,6 +261,20 @@ TEST_F(SecretsTest, AMissingValueStopsTheRunBeforeStart) {
   EXPECT_TRUE(contains(empty.err, "empty")) << empty.err;
 }
 
+// libssl is loaded (dlopen) only when a run intercepts TLS (src/common/libssl.h): a library
+// that cannot be loaded refuses the run (125) naming it, before the agent runs; a command
+// that uses no TLS does not load it at all.
+TEST_F(SecretsTest, UnloadableLibsslRefusesAnInterceptingRunNamingIt) {
+  dir_.write("badlib/libssl.so.3", "not a shared object\n");
+  const std::string libdir = (dir_.path() / "badlib").string();
+  auto version = run_soyaos({"version"}, env({{"LD_LIBRARY_PATH", libdir}}));
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  auto r = run({"--secret", "API_KEY"}, {{"API_KEY", kValue}, {"LD_LIBRARY_PATH", libdir}});
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_TRUE(contains(r.err, "TLS interception: cannot load libssl.so.3 (the libssl3 package)")) << r.err;
+  EXPECT_FALSE(contains(r.out, "VALUE"));
+}
+
 TEST_F(SecretsTest, BadSecretArgumentsAreUsageErrors) {
   auto undeclared = run({"--secret", "OTHER_KEY"}, {{"OTHER_KEY", kValue}});
   EXPECT_EQ(undeclared.exit_code, 2);
