@@ -43,28 +43,63 @@ Result<std::string> newest_unflagged(moon::MoonBackend& moon, const std::string&
 Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
   // The Moon this run uses: the daemon when one answers (or SOYAOS_MOON_SOCKET names one),
   // else the embedded Moon of `home` (moon/backend.h).
-  auto backend = moon::open_moon(home);
-  if (!backend) return backend.error();
-  struct State {
-    std::unique_ptr<moon::MoonBackend> moon;
+  // E4: every event goes to the Moon as it is emitted, through a writer thread that
+  // group-commits (moon/recorder.h); the run's first violation flags NAME@VERSION and the
+  // digest at once (C8 (4)), flag first. The run's other uses of the Moon (keeping its
+  // manifest, querying its flags) run on that writer thread and its connection
+  // (RunRecorder::call), after run_started is stored: one moon.db connection per run
+  // (issue #16: each parses the schema and rebuilds the WAL index). One recorder per run
+  // (`pack test` runs several with the same hooks); the Moon opened now (so that an
+  // unusable one refuses the run early) serves the first.
+  auto opened = moon::open_moon(home);
+  if (!opened) return opened.error();
+  struct Recording {
+    fs::path home;
+    std::unique_ptr<moon::MoonBackend> spare;
+    std::string run_id;
+    std::unique_ptr<moon::RunRecorder> recorder;
+    std::optional<Error> open_error;
   };
-  auto state = std::make_shared<State>(State{std::move(backend.value())});
+  auto rec = std::make_shared<Recording>();
+  rec->home = home;
+  rec->spare = std::move(opened.value());
+  auto recorder_of = [](Recording& r) -> Result<moon::RunRecorder*> {
+    if (r.open_error) return *r.open_error;
+    if (!r.recorder) return make_error("no event of the run reached the Moon");
+    return r.recorder.get();
+  };
 
   supervisor::RunHooks hooks;
   // The manifest of every run, directory runs included (E5): run_started names it by digest.
-  hooks.keep_manifest = [state](const std::string& text) -> Status {
-    auto digest = state->moon->keep_manifest(text);
-    if (!digest) return digest.error();
-    return {};
+  hooks.keep_manifest = [rec, recorder_of](const std::string& text) -> Status {
+    auto r = recorder_of(*rec);
+    if (!r) return r.error();
+    return (*r)->call([&](moon::MoonBackend& moon) -> Status {
+      auto digest = moon.keep_manifest(text);
+      if (!digest) return digest.error();
+      return {};
+    });
   };
-  hooks.before_launch = [state](const scope::RunContext& ctx, const supervisor::EmitFn& emit) -> Status {
+  hooks.before_launch = [rec, recorder_of](const scope::RunContext& ctx, const supervisor::EmitFn& emit) -> Status {
+    auto r = recorder_of(*rec);
+    if (!r) return r.error();
     // Flagged as NAME@VERSION, or as this content (a directory run flags by digest too).
-    auto flag = state->moon->active_flag(ctx.pack, ctx.version, ctx.digest);
-    if (!flag) return flag.error();
-    if (!*flag) return {};
-    const auto& f = **flag;
-    auto newest = newest_unflagged(*state->moon, ctx.pack, ctx.version);
-    if (!newest) return newest.error();
+    std::optional<moon::FlagRecord> flagged;
+    std::string newest_version;
+    auto queried = (*r)->call([&](moon::MoonBackend& moon) -> Status {
+      auto flag = moon.active_flag(ctx.pack, ctx.version, ctx.digest);
+      if (!flag) return flag.error();
+      if (!*flag) return {};
+      flagged = **flag;
+      auto newest = newest_unflagged(moon, ctx.pack, ctx.version);
+      if (!newest) return newest.error();
+      newest_version = *newest;
+      return {};
+    });
+    if (!queried) return queried.error();
+    if (!flagged) return {};
+    const auto& f = *flagged;
+    const std::string* newest = &newest_version;  // as named before: the text below uses *newest
     std::string advice = newest->empty() ? std::string("no unflagged version of ") + ctx.pack + " is pushed"
                                          : "the newest unflagged version is " + ctx.pack + "@" + *newest;
     // A flag read from a registry (cli/remote_flags.h) says where: another host's run.
@@ -84,23 +119,6 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
                           {"violation", violation.is_discarded() ? nlohmann::ordered_json(f.violation) : violation}});
     return {};
   };
-  // E4: every event goes to the Moon as it is emitted, through a writer thread that
-  // group-commits (moon/recorder.h), on a Moon connection of its own; the run's first
-  // violation flags NAME@VERSION and the digest at once (C8 (4)), flag first.
-  // One recorder per run (`pack test` runs several with the same hooks); the Moon opened
-  // now (so that an unusable one refuses the run early) serves the first.
-  auto opened = moon::open_moon(home);
-  if (!opened) return opened.error();
-  struct Recording {
-    fs::path home;
-    std::unique_ptr<moon::MoonBackend> spare;
-    std::string run_id;
-    std::unique_ptr<moon::RunRecorder> recorder;
-    std::optional<Error> open_error;
-  };
-  auto rec = std::make_shared<Recording>();
-  rec->home = home;
-  rec->spare = std::move(opened.value());
   hooks.on_event = [rec](const scope::RunContext& ctx, const nlohmann::ordered_json& event) {
     if (rec->run_id != ctx.run_id) {  // the run's first event: run_started
       rec->recorder.reset();
@@ -118,11 +136,6 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
       rec->recorder = std::make_unique<moon::RunRecorder>(std::move(backend), ctx);
     }
     if (rec->recorder) rec->recorder->push(event);
-  };
-  auto recorder_of = [](Recording& r) -> Result<moon::RunRecorder*> {
-    if (r.open_error) return *r.open_error;
-    if (!r.recorder) return make_error("no event of the run reached the Moon");
-    return r.recorder.get();
   };
   hooks.wait_durable = [rec, recorder_of]() -> Status {
     auto r = recorder_of(*rec);

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace soyaos::moon {
@@ -93,6 +94,29 @@ Status RunRecorder::finish() {
   return stream_->end();
 }
 
+Status RunRecorder::call(const std::function<Status(MoonBackend&)>& fn) {
+  std::lock_guard one(call_mu_);
+  Call c{&fn, std::nullopt};
+  std::unique_lock lock(mu_);
+  if (stop_ || fatal_) {
+    return make_error("run " + ctx_.run_id + ": the Moon's writer has stopped" +
+                          (last_error_ ? ": " + last_error_->describe() : std::string()),
+                      last_error_ ? last_error_->err : 0);
+  }
+  call_ = &c;
+  urgent_ = true;  // no group-commit wait: the caller is waiting
+  work_cv_.notify_one();
+  done_cv_.wait_for(lock, store_deadline(), [&] { return c.result.has_value() || stop_ || fatal_; });
+  if (call_ == &c) call_ = nullptr;  // never taken: withdrawn
+  // Taken: the writer runs it to the end (a bounded Moon operation) and c lives until then.
+  done_cv_.wait(lock, [&] { return calling_ != &c; });
+  if (c.result) return *c.result;
+  return make_error("run " + ctx_.run_id + ": the Moon's writer did not take the request within " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(store_deadline()).count()) +
+                        " s" + (last_error_ ? ": " + last_error_->describe() : std::string()),
+                    last_error_ ? last_error_->err : 0);
+}
+
 uint64_t RunRecorder::stored() const {
   std::lock_guard lock(mu_);
   return stored_;
@@ -143,7 +167,7 @@ void RunRecorder::loop() {
     {
       std::unique_lock lock(mu_);
       gate.unlock();
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty() || flag_pending_.has_value(); });
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty() || flag_pending_.has_value() || call_ != nullptr; });
       if (stop_) return;
       // Group commit: more events join this batch for up to kBatchInterval.
       if (!urgent_ && queue_.size() < kBatchMax) {
@@ -155,6 +179,7 @@ void RunRecorder::loop() {
       lock.lock();
       urgent_ = false;
       batch.swap(queue_);
+      calling_ = std::exchange(call_, nullptr);
     }
     const size_t taken = batch.size();
     Status s = store(batch);
@@ -172,6 +197,14 @@ void RunRecorder::loop() {
       } else {
         last_error_.reset();
       }
+    }
+    if (calling_ != nullptr) {
+      // call(): after the batch (so the run's events stay first), whatever its outcome; the
+      // caller waits until calling_ is cleared, so the Call outlives this.
+      Status r = (*calling_->fn)(*moon_);
+      std::lock_guard lock(mu_);
+      calling_->result = std::move(r);
+      calling_ = nullptr;
     }
     done_cv_.notify_all();
     if (failed) {

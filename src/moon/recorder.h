@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,12 +59,23 @@ class RunRecorder {
   Status finish();
   // Events pushed / stored so far (for the bench and the summary).
   [[nodiscard]] uint64_t stored() const;
+  // Runs `fn` with this run's Moon on the writer thread, right after what is queued now is
+  // stored, and returns its result: the run's other uses of the Moon (keeping its manifest,
+  // querying its flags) share the recorder's connection instead of opening another (issue
+  // #16: each moon.db connection parses the schema and rebuilds the WAL index). Waits at
+  // most store_deadline() for the writer to take it; fails when the writer has stopped.
+  // Not from the writer thread; `fn` must not push().
+  Status call(const std::function<Status(MoonBackend&)>& fn);
 
  private:
   void loop();
   // Stores what it can of `batch` (erasing what is stored); the error is the first failure.
   Status store(std::deque<nlohmann::ordered_json>& batch);
 
+  struct Call {
+    const std::function<Status(MoonBackend&)>* fn;
+    std::optional<Status> result;  // set by the writer, under mu_
+  };
   std::unique_ptr<MoonBackend> moon_;
   scope::RunContext ctx_;
   std::unique_ptr<RunStream> stream_;  // the writer thread's, after the first event
@@ -82,6 +94,9 @@ class RunRecorder {
   std::optional<nlohmann::ordered_json> flag_pending_;  // to be raised
   std::optional<Error> last_error_;
   bool fatal_ = false;         // retrying cannot help (a lost daemon, a refusal): give up now
+  Call* call_ = nullptr;       // waiting for the writer (call())
+  Call* calling_ = nullptr;    // taken by the writer, running
+  std::mutex call_mu_;         // one call() at a time
   std::thread writer_;
 };
 
