@@ -9,31 +9,16 @@
 #   bench/concurrent.sh            N=50 ROUNDS=3
 #   GUARD=1 bench/concurrent.sh    also exit 1 when soyaos takes more than 2.5x bubblewrap's
 #                                  time per batch (a gross regression only: see docs/benchmarks.md)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-SOYAOS=${SOYAOS:-$PWD/build/soyaos}
+source "$(dirname "$0")/lib.sh" concurrent
 N=${N:-50}
 ROUNDS=${ROUNDS:-3}
-work=$(mktemp -d /tmp/soyaos-concurrent-XXXXXX)
-chmod 755 "$work"
-trap 'rm -rf "$work"' EXIT
 export SOYAOS_HOME="$work/home"
-mkdir -p "$work/noop"
-echo pass > "$work/noop/main.py"
-cat > "$work/noop/soyapack.yaml" <<'YAML'
-soyapack: v0
-name: noop
-version: 0.1.0
-agent: {runtime: python3, entrypoint: main.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir]}
-  determinism_tier: read-only
-YAML
+noop_pack "$work/noop"
 "$SOYAOS" run --no-cache "$work/noop" >/dev/null  # the Moon exists before the first batch
 
 python3 - "$SOYAOS" "$work" "$N" "$ROUNDS" "${GUARD:-0}" <<'PY'
-import json, os, statistics, subprocess, sys, time
+import json, os, statistics, subprocess, sys
+from benchlib import alternating, spawn_batch
 soyaos, work, n, rounds, guard = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 bwrap = ["/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
          "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
@@ -52,25 +37,14 @@ if os.geteuid() == 0 and os.path.isfile(os.path.join(base, "cpuacct.usage")):
 def cpu():
     return int(open(os.path.join(cg, "cpuacct.usage")).read()) if cg else None
 
-def batch(argv):
-    fa = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0), (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-          (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)]
+def batch(name, argv):
     c0 = cpu()
-    t0 = time.monotonic()
-    pids = [os.posix_spawn(argv[0], argv, os.environ, file_actions=fa) for _ in range(n)]
-    failed = 0
-    for p in pids:
-        _, st = os.waitpid(p, 0)
-        failed += os.waitstatus_to_exitcode(st) != 0
-    t = time.monotonic() - t0
+    t0, t1, failed = spawn_batch(argv, os.environ, n)
     c1 = cpu()
-    return t, (c1 - c0) / n if c0 is not None else None, failed
+    return t1 - t0, (c1 - c0) / n if c0 is not None else None, failed
 
 load0 = open("/proc/loadavg").read().split()[:3]
-res = {"soyaos": [], "bwrap": []}
-for r in range(rounds):
-    for name, argv in (("soyaos", soy), ("bwrap", bwrap)) if r % 2 == 0 else (("bwrap", bwrap), ("soyaos", soy)):
-        res[name].append(batch(argv))
+res = alternating(rounds, [("soyaos", soy), ("bwrap", bwrap)], batch)
 load1 = open("/proc/loadavg").read().split()[:3]
 if cg:
     open(os.path.join(base, "cgroup.procs"), "w").write(str(os.getpid()))

@@ -10,29 +10,14 @@
 #   bench/daemon_commit.sh                 N=50 ROUNDS=3
 #   BEFORE=old/soyaos bench/daemon_commit.sh   the old binary (client and daemon) in the same
 #                                          rounds, alternating, each with a home of its own
-set -euo pipefail
-cd "$(dirname "$0")/.."
-SOYAOS=${SOYAOS:-$PWD/build/soyaos}
+source "$(dirname "$0")/lib.sh" daemon-commit
 N=${N:-50}
 ROUNDS=${ROUNDS:-3}
-work=$(mktemp -d /tmp/soyaos-daemon-commit-XXXXXX)
-chmod 755 "$work"
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/noop"
-echo pass > "$work/noop/main.py"
-cat > "$work/noop/soyapack.yaml" <<'YAML'
-soyapack: v0
-name: noop
-version: 0.1.0
-agent: {runtime: python3, entrypoint: main.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir]}
-  determinism_tier: read-only
-YAML
+noop_pack "$work/noop"
 
 python3 - "$SOYAOS" "${BEFORE:-}" "$work" "$N" "$ROUNDS" <<'PY'
 import json, os, signal, statistics, subprocess, sys, time
+from benchlib import alternating, spawn_batch
 after, before, work, n, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 bins = [("after", after)] + ([("before", before)] if before else [])
 
@@ -61,28 +46,16 @@ def start_daemon(name, binary):
     sys.exit("the daemon did not answer: " + open(os.path.join(d, "daemon.log")).read())
 
 def batch(name, binary):
-    argv = [binary, "run", "--no-cache", os.path.join(work, "noop")]
-    fa = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0), (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-          (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)]
-    env = env_for(name)
-    t0 = time.time()
-    pids = [os.posix_spawn(argv[0], argv, env, file_actions=fa) for _ in range(n)]
-    failed = 0
-    for p in pids:
-        _, st = os.waitpid(p, 0)
-        failed += os.waitstatus_to_exitcode(st) != 0
-    return t0, time.time(), failed
+    # Wall-clock time: compared with strace's -ttt timestamps.
+    return spawn_batch([binary, "run", "--no-cache", os.path.join(work, "noop")], env_for(name), n, clock=time.time)
 
-res = {name: [] for name, _ in bins}
 daemons = {}
 for name, binary in bins:
     daemons[name] = start_daemon(name, binary)
     subprocess.run([binary, "run", "--no-cache", os.path.join(work, "noop")], env=env_for(name),
                    capture_output=True, check=True)  # warm: the Moon's tables and key exist
 load0 = open("/proc/loadavg").read().split()[:3]
-for r in range(rounds):
-    for name, binary in (bins if r % 2 == 0 else list(reversed(bins))):
-        res[name].append(batch(name, binary))
+res = alternating(rounds, bins, batch)
 load1 = open("/proc/loadavg").read().split()[:3]
 
 print(f"== {n} concurrent runs through one `moon serve`, {rounds} batches, load average {' '.join(load0)} -> {' '.join(load1)}")

@@ -7,25 +7,11 @@
 # MAX (default 2.5) times bubblewrap's. CPU, not wall time: see bench/startup_phases.py.
 # Exit 77 (skipped) without bwrap or without a cgroup to measure the whole tree in.
 #   startup_guard.sh [SOYAOS]   RUNS=N (default 15)   MAX=X (default 2.5)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-SOYAOS=${1:-${SOYAOS:-$PWD/build/soyaos}}
+binary=${1:-}
 command -v bwrap >/dev/null || { echo "startup guard skipped: bwrap not installed (scripts/setup.sh)"; exit 77; }
-work=$(mktemp -d /tmp/soyaos-guard-XXXXXX)
-chmod 755 "$work"
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh" guard
+SOYAOS=${binary:-$SOYAOS}
 export SOYAOS_HOME="$work/home"  # a fresh Moon of its own
-mkdir -p "$work/noop"
-echo pass > "$work/noop/main.py"
-cat > "$work/noop/soyapack.yaml" <<YAML
-soyapack: v0
-name: noop
-version: 0.1.0
-agent: {runtime: python3, entrypoint: main.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir]}
-  determinism_tier: read-only
-YAML
+noop_pack "$work/noop"
 python3 bench/startup_phases.py --soyaos "$SOYAOS" --pack "$work/noop" --work "$work" \
   --runs "${RUNS:-15}" --warmup 2 --guard "${MAX:-2.5}"
