@@ -186,8 +186,6 @@ bool pack_collects_out(const manifest::LoadResult& loaded) {
 // down costs the run nothing but a warning, the flag goes with a later command.
 void publish_run_flag(const fs::path& home, const fs::path& pack_dir, const supervisor::RunReport& report) {
   if (report.violations.empty()) return;
-  auto digest = tree_digest(pack_dir);
-  if (!digest) return;
   // The Moon the run stored its events in (a daemon's too: it queues from its own record
   // of the run, moon/server_flags.h).
   auto m = moon::open_moon(home);
@@ -198,7 +196,13 @@ void publish_run_flag(const fs::path& home, const fs::path& pack_dir, const supe
   }
   const auto& first = report.violations.front();
   std::vector<std::string> registries;
-  auto notes = queue_run_flags(**m, *digest, report.run_id, first.surface, first.resource, registries);
+  // The pack's tree digest is computed only where it is used: by an embedded Moon (a
+  // daemon reads it from its record of the run; hashing reads the whole pack).
+  auto digest = [&pack_dir]() -> Result<std::string> {
+    trace_phase("flag_tree_digest");
+    return tree_digest(pack_dir);
+  };
+  auto notes = queue_run_flags(**m, digest, report.run_id, first.surface, first.resource, registries);
   for (const auto& registry : registries) {
     PublishOptions publish;
     publish.registry = registry;

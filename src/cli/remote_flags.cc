@@ -155,7 +155,7 @@ std::vector<std::string> read_remote_flags(moon::MoonBackend& moon, oci::Client&
   return warnings;
 }
 
-std::vector<std::string> queue_run_flags(moon::MoonBackend& moon, const std::string& tree_digest,
+std::vector<std::string> queue_run_flags(moon::MoonBackend& moon, const moon::MoonBackend::TreeDigestFn& tree_digest,
                                          const std::string& run_id, const std::string& surface,
                                          const std::string& resource, std::vector<std::string>& registries) {
   auto q = moon.queue_run_flag(run_id, tree_digest, surface, resource);

@@ -44,7 +44,7 @@ std::vector<std::string> read_remote_flags(moon::MoonBackend& moon, oci::Client&
 
 // After a run with a violation: queues a flag for every registry the content came from
 // (their names added to `registries`). Warnings for stderr (a full queue).
-std::vector<std::string> queue_run_flags(moon::MoonBackend& moon, const std::string& tree_digest,
+std::vector<std::string> queue_run_flags(moon::MoonBackend& moon, const moon::MoonBackend::TreeDigestFn& tree_digest,
                                          const std::string& run_id, const std::string& surface,
                                          const std::string& resource, std::vector<std::string>& registries);
 

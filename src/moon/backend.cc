@@ -125,9 +125,11 @@ class EmbeddedMoon final : public MoonBackend {
   Result<bool> add_received_flag(const ReceivedFlag& flag, const std::optional<Actor>& reported_by) override {
     return moon::add_received_flag(reg_.store(), flag, reported_by);
   }
-  Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const std::string& tree_digest,
+  Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const TreeDigestFn& tree_digest,
                                          const std::string& surface, const std::string& resource) override {
-    return queue_run_flags(reg_.store(), reg_.home(), tree_digest, run_id, surface, resource);
+    auto digest = tree_digest();
+    if (!digest) return digest.error();
+    return queue_run_flags(reg_.store(), reg_.home(), *digest, run_id, surface, resource);
   }
   Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit) override {
     const int64_t now =

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -129,8 +130,10 @@ class MoonBackend {
   // After run `run_id` had a violation: queues its flag for every registry its content came
   // from. Embedded: from the arguments. Daemon: only `run_id` is sent; the daemon takes the
   // tree digest and the first violation from its own record of that run, which must be the
-  // peer's run (or the peer root or the Moon's owner).
-  virtual Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const std::string& tree_digest,
+  // peer's run (or the peer root or the Moon's owner). `tree_digest` is called only by the
+  // embedded Moon, which needs it (hashing a pack reads all of it: a daemon client skips that).
+  using TreeDigestFn = std::function<Result<std::string>()>;
+  virtual Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const TreeDigestFn& tree_digest,
                                                  const std::string& surface, const std::string& resource) = 0;
   // Unpublished flags for `registry` ("" any), oldest first, at most `limit` (at most 64
   // through the daemon); `due_only`: only those whose backoff has passed.

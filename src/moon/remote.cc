@@ -344,8 +344,8 @@ class RemoteMoon final : public MoonBackend {
   }
 
   // Only the run id is sent: the daemon reads the digest and the violation from its own
-  // record of the run. The rest serves the fallback.
-  Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const std::string& tree_digest,
+  // record of the run. The rest serves the fallback (the only caller of tree_digest).
+  Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const TreeDigestFn& tree_digest,
                                          const std::string& surface, const std::string& resource) override {
     auto r = request({{"op", "queue_run_flag"}, {"run_id", run_id}}, [&](MoonBackend& b) -> Result<json> {
       auto q = b.queue_run_flag(run_id, tree_digest, surface, resource);

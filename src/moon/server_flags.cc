@@ -106,7 +106,8 @@ Result<json> queue_run_flag(MoonBackend& moon, const json& req, uid_t peer_uid,
   const json vd = req_obj(**violation, "data");
   const std::string digest = req_str(sd, "digest");
   if (digest.empty()) return json{{"queued", to_json(FlagQueueReport{})}};
-  auto q = moon.queue_run_flag(run_id, digest, req_str(vd, "surface"), req_str(vd, "resource"));
+  auto q = moon.queue_run_flag(
+      run_id, [&digest]() -> Result<std::string> { return digest; }, req_str(vd, "surface"), req_str(vd, "resource"));
   if (!q) return q.error();
   for (const auto& r : q->registries) log("queue_run_flag " + run_id + " for " + r + " by uid=" + std::to_string(peer_uid));
   for (const auto& n : q->notes) log("queue_run_flag " + run_id + ": " + n);
