@@ -144,26 +144,26 @@ void clear(const std::string& pack, CliContext& ctx) {
 
 }  // namespace
 
-void register_cache_commands(CLI::App& app, CliContext& ctx) {
-  auto* cache = app.add_subcommand("cache", "The result cache of read-only runs (ls, stats, clear)");
-  cache->require_subcommand(1);
+void register_cache_commands(Command app, CliContext& ctx) {
+  auto cache = app.add_subcommand("cache", "The result cache of read-only runs (ls, stats, clear)");
+  cache.require_subcommand(1);
 
   auto ls_args = std::make_shared<LsArgs>();
-  auto* ls_cmd = cache->add_subcommand("ls", "One line per cached result, most recently used first");
-  ls_cmd->add_option("--format", ls_args->format, "text or json (JSON Lines)")
-      ->check(CLI::IsMember({"text", "json"}));
-  ls_cmd->add_option("--pack", ls_args->pack, "Only the results of this pack (manifest name)");
-  ls_cmd->callback([ls_args, &ctx] { ls(*ls_args, ctx); });
+  auto ls_cmd = cache.add_subcommand("ls", "One line per cached result, most recently used first");
+  ls_cmd.add_option("--format", ls_args->format, "text or json (JSON Lines)")
+      .check_member({"text", "json"});
+  ls_cmd.add_option("--pack", ls_args->pack, "Only the results of this pack (manifest name)");
+  ls_cmd.callback([ls_args, &ctx] { ls(*ls_args, ctx); });
 
   auto stats_format = std::make_shared<std::string>("text");
-  auto* stats_cmd = cache->add_subcommand("stats", "Entries, bytes, hits, misses, the size cap");
-  stats_cmd->add_option("--format", *stats_format, "text or json")->check(CLI::IsMember({"text", "json"}));
-  stats_cmd->callback([stats_format, &ctx] { stats(*stats_format, ctx); });
+  auto stats_cmd = cache.add_subcommand("stats", "Entries, bytes, hits, misses, the size cap");
+  stats_cmd.add_option("--format", *stats_format, "text or json").check_member({"text", "json"});
+  stats_cmd.callback([stats_format, &ctx] { stats(*stats_format, ctx); });
 
   auto clear_pack = std::make_shared<std::string>();
-  auto* clear_cmd = cache->add_subcommand("clear", "Remove every cached result (or one pack's)");
-  clear_cmd->add_option("--pack", *clear_pack, "Only the results of this pack (manifest name)");
-  clear_cmd->callback([clear_pack, &ctx] { clear(*clear_pack, ctx); });
+  auto clear_cmd = cache.add_subcommand("clear", "Remove every cached result (or one pack's)");
+  clear_cmd.add_option("--pack", *clear_pack, "Only the results of this pack (manifest name)");
+  clear_cmd.callback([clear_pack, &ctx] { clear(*clear_pack, ctx); });
 }
 
 }  // namespace soyaos::cli

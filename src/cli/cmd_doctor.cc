@@ -165,9 +165,9 @@ void doctor(CliContext& ctx) {
 
 }  // namespace
 
-void register_doctor_command(CLI::App& app, CliContext& ctx) {
-  auto* cmd = app.add_subcommand("doctor", "Probe every sandbox layer on this host and report its status");
-  cmd->callback([&ctx] { doctor(ctx); });
+void register_doctor_command(Command app, CliContext& ctx) {
+  auto cmd = app.add_subcommand("doctor", "Probe every sandbox layer on this host and report its status");
+  cmd.callback([&ctx] { doctor(ctx); });
 }
 
 }  // namespace soyaos::cli

@@ -99,17 +99,17 @@ bool load_operator_network(const fs::path& home, policy::OperatorNetwork& networ
   return true;
 }
 
-void register_moon_commands(CLI::App& app, CliContext& ctx) {
-  auto* moon_cmd = app.add_subcommand("moon", "The Moon's state and configuration");
-  moon_cmd->require_subcommand(1);
-  auto* cmd = moon_cmd->add_subcommand(
+void register_moon_commands(Command app, CliContext& ctx) {
+  auto moon_cmd = app.add_subcommand("moon", "The Moon's state and configuration");
+  moon_cmd.require_subcommand(1);
+  auto cmd = moon_cmd.add_subcommand(
       "check",
       "Check moon.yaml, the moon.db database, every registry blob against its digest, and the Scope record "
       "(hash chain, signed checkpoints, cache entries against their runs)");
   auto key = std::make_shared<std::string>();
-  cmd->add_option("--key", *key, "Verify checkpoints with this public key (PEM) instead of $SOYAOS_HOME/moon.pub");
-  cmd->callback([key, &ctx] { ctx.exit_code = check(*key); });
-  register_moon_serve_commands(*moon_cmd, ctx);  // cmd_moon_serve.cc: serve, status
+  cmd.add_option("--key", *key, "Verify checkpoints with this public key (PEM) instead of $SOYAOS_HOME/moon.pub");
+  cmd.callback([key, &ctx] { ctx.exit_code = check(*key); });
+  register_moon_serve_commands(moon_cmd, ctx);  // cmd_moon_serve.cc: serve, status
 }
 
 }  // namespace soyaos::cli

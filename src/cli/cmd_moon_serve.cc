@@ -190,22 +190,22 @@ int status(const std::string& format) {
 
 }  // namespace
 
-void register_moon_serve_commands(CLI::App& moon_cmd, CliContext& ctx) {
+void register_moon_serve_commands(Command moon_cmd, CliContext& ctx) {
   {
     auto a = std::make_shared<ServeArgs>();
-    auto* cmd = moon_cmd.add_subcommand("serve", "Run the Moon as a daemon on a unix socket (foreground)");
-    cmd->add_option("--socket", a->socket, "Socket path (default: $SOYAOS_MOON_SOCKET, else $SOYAOS_HOME/moon.sock)");
-    cmd->add_option("--group", a->group, "Let this group use the daemon (socket mode 0660), else 0600");
-    cmd->add_option("--max-clients", a->max_clients, "Clients served at once (default 64); more wait")
-        ->check(CLI::PositiveNumber);
-    cmd->callback([a, &ctx] { ctx.exit_code = serve(*a); });
+    auto cmd = moon_cmd.add_subcommand("serve", "Run the Moon as a daemon on a unix socket (foreground)");
+    cmd.add_option("--socket", a->socket, "Socket path (default: $SOYAOS_MOON_SOCKET, else $SOYAOS_HOME/moon.sock)");
+    cmd.add_option("--group", a->group, "Let this group use the daemon (socket mode 0660), else 0600");
+    cmd.add_option("--max-clients", a->max_clients, "Clients served at once (default 64); more wait")
+        .check_positive();
+    cmd.callback([a, &ctx] { ctx.exit_code = serve(*a); });
   }
   {
     auto format = std::make_shared<std::string>("text");
-    auto* cmd = moon_cmd.add_subcommand("status", "Which Moon soyaos uses (daemon or embedded), its state and counts");
-    cmd->add_option("--format", *format, "Output format: text (default) or json")
-        ->check(CLI::IsMember({"text", "json"}));
-    cmd->callback([format, &ctx] { ctx.exit_code = status(*format); });
+    auto cmd = moon_cmd.add_subcommand("status", "Which Moon soyaos uses (daemon or embedded), its state and counts");
+    cmd.add_option("--format", *format, "Output format: text (default) or json")
+        .check_member({"text", "json"});
+    cmd.callback([format, &ctx] { ctx.exit_code = status(*format); });
   }
 }
 

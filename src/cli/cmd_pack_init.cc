@@ -343,15 +343,15 @@ int run_init(const InitArgs& a) {
 
 }  // namespace
 
-void register_pack_init(CLI::App& pack, CliContext& ctx) {
+void register_pack_init(Command pack, CliContext& ctx) {
   auto args = std::make_shared<InitArgs>();
-  auto* cmd = pack.add_subcommand(
+  auto cmd = pack.add_subcommand(
       "init", "Write a new pack (entrypoint, soyapack.yaml, one example, .soyaignore) into a new or empty DIR");
-  cmd->add_option("DIR", args->dir, "Directory of the new pack (created if missing; must be empty)")->required();
-  cmd->add_option("--runtime", args->runtime, "python3 (default), node or native (a /bin/sh script)")
-      ->check(CLI::IsMember({"python3", "node", "native"}));
-  cmd->add_option("--name", args->name, "Pack name (default: from DIR), ^[a-z][a-z0-9-]{0,62}$")->option_text("N");
-  cmd->callback([args, &ctx] { ctx.exit_code = run_init(*args); });
+  cmd.add_option("DIR", args->dir, "Directory of the new pack (created if missing; must be empty)").required();
+  cmd.add_option("--runtime", args->runtime, "python3 (default), node or native (a /bin/sh script)")
+      .check_member({"python3", "node", "native"});
+  cmd.add_option("--name", args->name, "Pack name (default: from DIR), ^[a-z][a-z0-9-]{0,62}$").option_text("N");
+  cmd.callback([args, &ctx] { ctx.exit_code = run_init(*args); });
 }
 
 }  // namespace soyaos::cli

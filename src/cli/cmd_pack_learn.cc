@@ -365,27 +365,27 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
 
 }  // namespace
 
-void register_pack_learn(CLI::App& pack, CliContext& ctx) {
+void register_pack_learn(Command pack, CliContext& ctx) {
   auto args = std::make_shared<LearnArgs>();
-  auto* cmd = pack.add_subcommand("learn", "Run a pack in Comets and propose the manifest entries it needs");
-  cmd->add_option("pack", args->pack, "Pack directory (default: the current directory)");
-  cmd->add_option("--input", args->inputs,
-                  "[NAME=]PATH, repeatable (as for `soyaos run`): one run with these inputs instead of the examples")
-      ->allow_extra_args(false);
-  cmd->add_option("--secret", args->secrets,
-                  "NAME, NAME=env:VAR or NAME=file:PATH: the value of a declared secret (as for `soyaos run`)")
-      ->allow_extra_args(false);
-  cmd->add_flag("--allow-network", args->allow_network,
-                "Relay the egress entries learned in earlier rounds for real (without it nothing undeclared "
-                "reaches the network)");
-  cmd->add_flag("--write", args->write, "Write the proposal into soyapack.yaml (comments and key order kept)");
-  cmd->add_flag("--unused", args->unused,
-                "Instead of a proposal, list the declared grants (fs paths, egress entries, http rules, secrets) "
-                "that no run used; exit 1 when there are some");
-  cmd->add_option("--max-rounds", args->max_rounds, "Stop after this many rounds (default 5)");
-  cmd->add_option("--format", args->format, "Output format: text (default) or json")
-      ->check(CLI::IsMember({"text", "json"}));
-  cmd->callback([args, &ctx] { ctx.exit_code = run_learn(*args, ctx); });
+  auto cmd = pack.add_subcommand("learn", "Run a pack in Comets and propose the manifest entries it needs");
+  cmd.add_option("pack", args->pack, "Pack directory (default: the current directory)");
+  cmd.add_option("--input", args->inputs,
+                 "[NAME=]PATH, repeatable (as for `soyaos run`): one run with these inputs instead of the examples")
+      .allow_extra_args(false);
+  cmd.add_option("--secret", args->secrets,
+                 "NAME, NAME=env:VAR or NAME=file:PATH: the value of a declared secret (as for `soyaos run`)")
+      .allow_extra_args(false);
+  cmd.add_flag("--allow-network", args->allow_network,
+               "Relay the egress entries learned in earlier rounds for real (without it nothing undeclared "
+               "reaches the network)");
+  cmd.add_flag("--write", args->write, "Write the proposal into soyapack.yaml (comments and key order kept)");
+  cmd.add_flag("--unused", args->unused,
+               "Instead of a proposal, list the declared grants (fs paths, egress entries, http rules, secrets) "
+               "that no run used; exit 1 when there are some");
+  cmd.add_option("--max-rounds", args->max_rounds, "Stop after this many rounds (default 5)");
+  cmd.add_option("--format", args->format, "Output format: text (default) or json")
+      .check_member({"text", "json"});
+  cmd.callback([args, &ctx] { ctx.exit_code = run_learn(*args, ctx); });
 }
 
 }  // namespace soyaos::cli

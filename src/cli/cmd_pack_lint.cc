@@ -78,18 +78,18 @@ int run_lint(const LintArgs& a, const CliContext& ctx) {
 
 }  // namespace
 
-void register_pack_lint(CLI::App& pack, CliContext& ctx) {
+void register_pack_lint(Command pack, CliContext& ctx) {
   auto args = std::make_shared<LintArgs>();
-  auto* cmd = pack.add_subcommand(
+  auto cmd = pack.add_subcommand(
       "lint", "Check that a pack's capabilities, tools and examples agree (rules SP1xx; --explain ID)");
-  cmd->add_option("DIR", args->dir, "Pack directory (default: the current directory)");
-  cmd->add_flag("--strict", args->strict,
-                "Also apply the least-privilege rules: wildcard and IP hosts, untested capabilities, tier");
-  cmd->add_option("--format", args->format, "Output format: text (default), json or sarif (SARIF 2.1.0)")
-      ->check(CLI::IsMember({"text", "json", "sarif"}));
-  cmd->add_option("--explain", args->explain, "Explain a rule (why it matters, how to fix it) and exit")
-      ->option_text("ID");
-  cmd->callback([args, &ctx] { ctx.exit_code = run_lint(*args, ctx); });
+  cmd.add_option("DIR", args->dir, "Pack directory (default: the current directory)");
+  cmd.add_flag("--strict", args->strict,
+               "Also apply the least-privilege rules: wildcard and IP hosts, untested capabilities, tier");
+  cmd.add_option("--format", args->format, "Output format: text (default), json or sarif (SARIF 2.1.0)")
+      .check_member({"text", "json", "sarif"});
+  cmd.add_option("--explain", args->explain, "Explain a rule (why it matters, how to fix it) and exit")
+      .option_text("ID");
+  cmd.callback([args, &ctx] { ctx.exit_code = run_lint(*args, ctx); });
 }
 
 }  // namespace soyaos::cli

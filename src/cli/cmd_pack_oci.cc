@@ -429,23 +429,23 @@ int run_logout(const std::string& reg_text) {
 
 }  // namespace
 
-void register_login_commands(CLI::App& app, CliContext& ctx) {
+void register_login_commands(Command app, CliContext& ctx) {
   {
     auto reg = std::make_shared<std::string>();
     auto user = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("login", "Store credentials for a registry (password read from stdin)");
-    cmd->add_option("REGISTRY", *reg, "HOST[:PORT]")->required();
-    cmd->add_option("-u,--username", *user, "User name");
+    auto cmd = app.add_subcommand("login", "Store credentials for a registry (password read from stdin)");
+    cmd.add_option("REGISTRY", *reg, "HOST[:PORT]").required();
+    cmd.add_option("-u,--username", *user, "User name");
     auto stdin_flag = std::make_shared<bool>(false);
-    cmd->add_flag("--password-stdin", *stdin_flag,
-                  "Accepted for docker compatibility: the password is always read from stdin");
-    cmd->callback([reg, user, stdin_flag, &ctx] { ctx.exit_code = run_login(*reg, *user); });
+    cmd.add_flag("--password-stdin", *stdin_flag,
+                 "Accepted for docker compatibility: the password is always read from stdin");
+    cmd.callback([reg, user, stdin_flag, &ctx] { ctx.exit_code = run_login(*reg, *user); });
   }
   {
     auto reg = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("logout", "Remove the stored credentials of a registry");
-    cmd->add_option("REGISTRY", *reg, "HOST[:PORT]")->required();
-    cmd->callback([reg, &ctx] { ctx.exit_code = run_logout(*reg); });
+    auto cmd = app.add_subcommand("logout", "Remove the stored credentials of a registry");
+    cmd.add_option("REGISTRY", *reg, "HOST[:PORT]").required();
+    cmd.callback([reg, &ctx] { ctx.exit_code = run_logout(*reg); });
   }
 }
 

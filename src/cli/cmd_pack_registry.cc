@@ -305,17 +305,17 @@ int run_unflag(const std::string& ref_text, const std::string& reason) {
 
 }  // namespace
 
-void register_pack_registry(CLI::App& pack, CliContext& ctx) {
+void register_pack_registry(Command pack, CliContext& ctx) {
   {
     auto dir = std::make_shared<std::string>(".");
     auto ref = std::make_shared<std::string>();
     auto source = std::make_shared<std::string>();
-    auto* cmd = pack.add_subcommand(
+    auto cmd = pack.add_subcommand(
         "push", "Validate, lint and store a pack in the Moon's registry, or push it to an OCI registry (REF)");
-    cmd->add_option("DIR", *dir, "Pack directory (default: the current directory)");
-    cmd->add_option("REF", *ref, "REGISTRY[:PORT]/REPO[:TAG]: push to an OCI registry instead (docs/registry.md)");
-    cmd->add_option("--source", *source, "URL of the pack's source (annotation org.opencontainers.image.source)");
-    cmd->callback([dir, ref, source, &ctx] {
+    cmd.add_option("DIR", *dir, "Pack directory (default: the current directory)");
+    cmd.add_option("REF", *ref, "REGISTRY[:PORT]/REPO[:TAG]: push to an OCI registry instead (docs/registry.md)");
+    cmd.add_option("--source", *source, "URL of the pack's source (annotation org.opencontainers.image.source)");
+    cmd.callback([dir, ref, source, &ctx] {
       // `pack push REF` (one argument, not a directory, a registry reference): DIR is ".".
       std::error_code ec;
       if (ref->empty() && oci::looks_remote(*dir) && !std::filesystem::is_directory(*dir, ec)) std::swap(*dir, *ref);
@@ -330,40 +330,40 @@ void register_pack_registry(CLI::App& pack, CliContext& ctx) {
     auto ref = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
     auto approve = std::make_shared<bool>(false);
-    auto* cmd = pack.add_subcommand(
+    auto cmd = pack.add_subcommand(
         "pull", "Extract NAME@VERSION from the Moon's registry, or pull REGISTRY/REPO[:TAG|@DIGEST] (verified)");
-    cmd->add_option("REF", *ref, "NAME@VERSION, or REGISTRY[:PORT]/REPO[:TAG|@sha256:HEX]")->required();
-    cmd->add_flag("--approve", *approve, "Approve this version's capabilities (registry packs)");
-    cmd->add_option("-o,--output", *out, "Directory to create (default: ./NAME); must not exist or be empty");
-    cmd->callback([ref, out, approve, &ctx] {
+    cmd.add_option("REF", *ref, "NAME@VERSION, or REGISTRY[:PORT]/REPO[:TAG|@sha256:HEX]").required();
+    cmd.add_flag("--approve", *approve, "Approve this version's capabilities (registry packs)");
+    cmd.add_option("-o,--output", *out, "Directory to create (default: ./NAME); must not exist or be empty");
+    cmd.callback([ref, out, approve, &ctx] {
       ctx.exit_code = oci::looks_remote(*ref) ? remote_pull(*ref, *out, *approve) : run_pull(*ref, *out);
     });
   }
   {
     auto format = std::make_shared<std::string>("text");
-    auto* cmd = pack.add_subcommand("list", "List the packs in the registry");
-    cmd->add_option("--format", *format, "Output format: text (default) or json")
-        ->check(CLI::IsMember({"text", "json"}));
-    cmd->callback([format, &ctx] { ctx.exit_code = run_list(*format); });
+    auto cmd = pack.add_subcommand("list", "List the packs in the registry");
+    cmd.add_option("--format", *format, "Output format: text (default) or json")
+        .check_member({"text", "json"});
+    cmd.callback([format, &ctx] { ctx.exit_code = run_list(*format); });
   }
   {
     auto ref = std::make_shared<std::string>();
     auto format = std::make_shared<std::string>("text");
-    auto* cmd = pack.add_subcommand("inspect", "Show a pushed pack (manifest, digest, flags) or a registry pack's "
+    auto cmd = pack.add_subcommand("inspect", "Show a pushed pack (manifest, digest, flags) or a registry pack's "
                                                "capabilities without downloading it");
-    cmd->add_option("REF", *ref, "NAME@VERSION, or REGISTRY[:PORT]/REPO[:TAG|@sha256:HEX]")->required();
-    cmd->add_option("--format", *format, "Output format: text (default) or json")
-        ->check(CLI::IsMember({"text", "json"}));
-    cmd->callback([ref, format, &ctx] { ctx.exit_code = run_inspect(*ref, *format); });
+    cmd.add_option("REF", *ref, "NAME@VERSION, or REGISTRY[:PORT]/REPO[:TAG|@sha256:HEX]").required();
+    cmd.add_option("--format", *format, "Output format: text (default) or json")
+        .check_member({"text", "json"});
+    cmd.callback([ref, format, &ctx] { ctx.exit_code = run_inspect(*ref, *format); });
   }
   {
     auto ref = std::make_shared<std::string>();
     auto reason = std::make_shared<std::string>();
-    auto* cmd = pack.add_subcommand("unflag", "Clear the flags a violation raised on NAME@VERSION (recorded as an event)");
-    cmd->add_option("REF", *ref, "NAME@VERSION")->required();
+    auto cmd = pack.add_subcommand("unflag", "Clear the flags a violation raised on NAME@VERSION (recorded as an event)");
+    cmd.add_option("REF", *ref, "NAME@VERSION").required();
     // Required, checked in run_unflag (after the reference) so the error names the command.
-    cmd->add_option("--reason", *reason, "Why the flag may be cleared (required; stored in the pack_unflagged event)");
-    cmd->callback([ref, reason, &ctx] { ctx.exit_code = run_unflag(*ref, *reason); });
+    cmd.add_option("--reason", *reason, "Why the flag may be cleared (required; stored in the pack_unflagged event)");
+    cmd.callback([ref, reason, &ctx] { ctx.exit_code = run_unflag(*ref, *reason); });
   }
 }
 

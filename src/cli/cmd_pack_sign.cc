@@ -333,37 +333,37 @@ Result<std::string> inspect_consent(moon::MoonBackend& moon, const std::string& 
 
 // approve: remote_gate.h approve_remote_pack(). Exit 0 approved, 1 refused or failed,
 // 2 usage (a local reference).
-void register_pack_sign(CLI::App& pack, CliContext& ctx) {
+void register_pack_sign(Command pack, CliContext& ctx) {
   {
     auto ref = std::make_shared<std::string>();
     auto key = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
-    auto* cmd = pack.add_subcommand("sign", "Sign a pack's manifest digest with a minisign key (kept in the Moon)");
-    cmd->add_option("REF", *ref, "NAME@VERSION, or REGISTRY/REPO[:TAG|@DIGEST] (pushed as a referrer)")->required();
-    cmd->add_option("--key", *key,
-                    "minisign secret key file (minisign -G; its password from $SOYAOS_KEY_PASSWORD or stdin)")
-        ->required();
-    cmd->add_option("-o,--output", *out, "Also write the signature (.minisig) to this file");
-    cmd->callback([ref, key, out, &ctx] { ctx.exit_code = run_sign(*ref, *key, *out); });
+    auto cmd = pack.add_subcommand("sign", "Sign a pack's manifest digest with a minisign key (kept in the Moon)");
+    cmd.add_option("REF", *ref, "NAME@VERSION, or REGISTRY/REPO[:TAG|@DIGEST] (pushed as a referrer)").required();
+    cmd.add_option("--key", *key,
+                   "minisign secret key file (minisign -G; its password from $SOYAOS_KEY_PASSWORD or stdin)")
+        .required();
+    cmd.add_option("-o,--output", *out, "Also write the signature (.minisig) to this file");
+    cmd.callback([ref, key, out, &ctx] { ctx.exit_code = run_sign(*ref, *key, *out); });
   }
   {
     auto a = std::make_shared<std::string>();
     auto b = std::make_shared<std::string>();
     auto exit_code = std::make_shared<bool>(false);
     auto format = std::make_shared<std::string>("text");
-    auto* cmd = pack.add_subcommand("diff", "Show the capabilities B adds or removes relative to A");
-    cmd->add_option("A", *a, "Pack directory, NAME@VERSION or REGISTRY/REPO[:TAG|@DIGEST]")->required();
-    cmd->add_option("B", *b, "Pack directory, NAME@VERSION or REGISTRY/REPO[:TAG|@DIGEST]")->required();
-    cmd->add_flag("--exit-code", *exit_code, "Exit 1 when B is wider than A (adds anything or raises a limit)");
-    cmd->add_option("--format", *format, "Output format: text (default) or json")
-        ->check(CLI::IsMember({"text", "json"}));
-    cmd->callback([a, b, exit_code, format, &ctx] { ctx.exit_code = run_diff(*a, *b, *exit_code, *format); });
+    auto cmd = pack.add_subcommand("diff", "Show the capabilities B adds or removes relative to A");
+    cmd.add_option("A", *a, "Pack directory, NAME@VERSION or REGISTRY/REPO[:TAG|@DIGEST]").required();
+    cmd.add_option("B", *b, "Pack directory, NAME@VERSION or REGISTRY/REPO[:TAG|@DIGEST]").required();
+    cmd.add_flag("--exit-code", *exit_code, "Exit 1 when B is wider than A (adds anything or raises a limit)");
+    cmd.add_option("--format", *format, "Output format: text (default) or json")
+        .check_member({"text", "json"});
+    cmd.callback([a, b, exit_code, format, &ctx] { ctx.exit_code = run_diff(*a, *b, *exit_code, *format); });
   }
   {
     auto ref = std::make_shared<std::string>();
-    auto* cmd = pack.add_subcommand("approve", "Approve a registry pack's capabilities (shows the diff, recorded in the Moon)");
-    cmd->add_option("REF", *ref, "REGISTRY/REPO[:TAG|@DIGEST]")->required();
-    cmd->callback([ref, &ctx] { ctx.exit_code = run_approve(*ref); });
+    auto cmd = pack.add_subcommand("approve", "Approve a registry pack's capabilities (shows the diff, recorded in the Moon)");
+    cmd.add_option("REF", *ref, "REGISTRY/REPO[:TAG|@DIGEST]").required();
+    cmd.callback([ref, &ctx] { ctx.exit_code = run_approve(*ref); });
   }
 }
 

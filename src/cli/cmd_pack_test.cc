@@ -596,23 +596,23 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
 
 }  // namespace
 
-void register_pack_test(CLI::App& pack, CliContext& ctx) {
+void register_pack_test(Command pack, CliContext& ctx) {
   auto args = std::make_shared<TestArgs>();
-  auto* cmd = pack.add_subcommand("test", "Run every example of a pack in a Comet and check its `expect`");
-  cmd->add_option("pack", args->pack,
-                  "Pack directory (default: the current directory), NAME@VERSION, or REGISTRY/REPO[:TAG|@DIGEST]");
-  cmd->add_flag("--strict", args->strict, "Fail when a declared fs or egress capability is exercised by no example");
-  cmd->add_option("--secret", args->secrets,
-                  "NAME, NAME=env:VAR or NAME=file:PATH: the value of a declared secret (as for `soyaos run`); "
-                  "repeatable. Without it, the Moon's secret store")
-      ->allow_extra_args(false);
-  cmd->add_option("--format", args->format, "Output format: text (default) or json")
-      ->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--jobs", args->jobs,
-                  "How many examples run at once, each in its own Comet (default: the CPUs soyaos may use); "
-                  "results are printed in example order")
-      ->check(CLI::PositiveNumber);
-  cmd->callback([args, &ctx] { ctx.exit_code = run_test(*args, ctx); });
+  auto cmd = pack.add_subcommand("test", "Run every example of a pack in a Comet and check its `expect`");
+  cmd.add_option("pack", args->pack,
+                 "Pack directory (default: the current directory), NAME@VERSION, or REGISTRY/REPO[:TAG|@DIGEST]");
+  cmd.add_flag("--strict", args->strict, "Fail when a declared fs or egress capability is exercised by no example");
+  cmd.add_option("--secret", args->secrets,
+                 "NAME, NAME=env:VAR or NAME=file:PATH: the value of a declared secret (as for `soyaos run`); "
+                 "repeatable. Without it, the Moon's secret store")
+      .allow_extra_args(false);
+  cmd.add_option("--format", args->format, "Output format: text (default) or json")
+      .check_member({"text", "json"});
+  cmd.add_option("--jobs", args->jobs,
+                 "How many examples run at once, each in its own Comet (default: the CPUs soyaos may use); "
+                 "results are printed in example order")
+      .check_positive();
+  cmd.callback([args, &ctx] { ctx.exit_code = run_test(*args, ctx); });
 }
 
 }  // namespace soyaos::cli

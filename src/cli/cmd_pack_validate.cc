@@ -10,11 +10,11 @@
 
 namespace soyaos::cli {
 
-void register_pack_validate(CLI::App& pack, CliContext& ctx) {
+void register_pack_validate(Command pack, CliContext& ctx) {
   auto dir = std::make_shared<std::string>(".");
-  auto* cmd = pack.add_subcommand("validate", "Check a pack's soyapack.yaml (shape, rules M1-M6, files)");
-  cmd->add_option("DIR", *dir, "Pack directory (default: the current directory)");
-  cmd->callback([dir, &ctx] {
+  auto cmd = pack.add_subcommand("validate", "Check a pack's soyapack.yaml (shape, rules M1-M6, files)");
+  cmd.add_option("DIR", *dir, "Pack directory (default: the current directory)");
+  cmd.callback([dir, &ctx] {
     const auto result = manifest::load_pack(*dir);
     if (result.manifest) {
       std::printf("ok  %s@%s\n", result.manifest->name.c_str(), result.manifest->version.c_str());

@@ -366,33 +366,33 @@ void run(const RunArgs& a, CliContext& ctx) {
 
 }  // namespace
 
-void register_run_command(CLI::App& app, CliContext& ctx) {
+void register_run_command(Command app, CliContext& ctx) {
   auto args = std::make_shared<RunArgs>();
-  auto* cmd = app.add_subcommand("run", "Run a pack in a Comet, the fail-closed sandbox");
-  cmd->add_option("pack", args->pack, "Pack directory, NAME@VERSION from the registry, or REGISTRY/REPO[:TAG|@DIGEST]")->required();
-  cmd->add_option("--input", args->inputs,
-                  "[NAME=]PATH, repeatable: NAME=PATH at /workdir/inputs/NAME; an unnamed directory is "
-                  "/workdir/inputs, an unnamed file /workdir/inputs/<its name>")
-      ->allow_extra_args(false);
-  cmd->add_option("--out", args->out, "Where /workdir/out is collected (default ./soyaos-out/RUN_ID)");
+  auto cmd = app.add_subcommand("run", "Run a pack in a Comet, the fail-closed sandbox");
+  cmd.add_option("pack", args->pack, "Pack directory, NAME@VERSION from the registry, or REGISTRY/REPO[:TAG|@DIGEST]").required();
+  cmd.add_option("--input", args->inputs,
+                 "[NAME=]PATH, repeatable: NAME=PATH at /workdir/inputs/NAME; an unnamed directory is "
+                 "/workdir/inputs, an unnamed file /workdir/inputs/<its name>")
+      .allow_extra_args(false);
+  cmd.add_option("--out", args->out, "Where /workdir/out is collected (default ./soyaos-out/RUN_ID)");
   // One value per occurrence (repeat the option): a vector option would otherwise take
   // the words that follow it, up to and including `--`.
-  cmd->add_option("--events", args->events,
-                  "Append Scope events (JSON Lines) to FILE, or - for stdout (the agent's stdout then goes to "
-                  "stderr); repeatable")
-      ->allow_extra_args(false);
-  cmd->add_option("--mount", args->mounts,
-                  "Bind operator data HOST:SANDBOX[:ro|:rw] at a path the manifest declares; repeatable")
-      ->allow_extra_args(false);
-  cmd->add_option("--secret", args->secrets,
-                  "NAME (from your environment variable NAME), NAME=env:VAR or NAME=file:PATH: the value of a secret "
-                  "the manifest declares; repeatable. Without it, the Moon's secret store (`soyaos secret set`)")
-      ->allow_extra_args(false);
-  cmd->add_flag("--no-cache", args->no_cache, "Always run (bypass the result cache)");
-  cmd->add_option("args", args->args, "Arguments for the agent (after --)");
+  cmd.add_option("--events", args->events,
+                 "Append Scope events (JSON Lines) to FILE, or - for stdout (the agent's stdout then goes to "
+                 "stderr); repeatable")
+      .allow_extra_args(false);
+  cmd.add_option("--mount", args->mounts,
+                 "Bind operator data HOST:SANDBOX[:ro|:rw] at a path the manifest declares; repeatable")
+      .allow_extra_args(false);
+  cmd.add_option("--secret", args->secrets,
+                 "NAME (from your environment variable NAME), NAME=env:VAR or NAME=file:PATH: the value of a secret "
+                 "the manifest declares; repeatable. Without it, the Moon's secret store (`soyaos secret set`)")
+      .allow_extra_args(false);
+  cmd.add_flag("--no-cache", args->no_cache, "Always run (bypass the result cache)");
+  cmd.add_option("args", args->args, "Arguments for the agent (after --)");
   // Everything after the first `--` goes to the agent verbatim (T7): main() takes it off
   // the command line before CLI11 parses, so no option can consume any of it.
-  cmd->callback([args, &ctx] {
+  cmd.callback([args, &ctx] {
     args->args.insert(args->args.end(), ctx.passthrough.begin(), ctx.passthrough.end());
     run(*args, ctx);
   });

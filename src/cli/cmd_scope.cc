@@ -412,44 +412,44 @@ int run_tail(bool follow, int64_t lines, const Filters& f) {
   return 0;
 }
 
-void add_filters(CLI::App* cmd, Filters& f) {
-  cmd->add_option("--run", f.run, "Only events of this run id");
-  cmd->add_option("--type", f.types,
-                  "Only events of these types: repeat it or give a comma list (capability_violation,run_finished)");
-  cmd->add_option("--pack", f.pack, "Only events of this pack: NAME, NAME@VERSION or its digest sha256:HEX");
-  cmd->add_option("--user", f.user, "Only runs started by, and Moon changes made by, this user (name or uid)");
-  cmd->add_option("--since", f.since, "Only events at or after this time: RFC 3339, or 30s/10m/2h/7d ago");
-  cmd->add_option("--until", f.until, "Only events before this time: RFC 3339, or 30s/10m/2h/7d ago");
-  cmd->add_option("--after", f.after, "Only events after this sequence number (the cursor a previous query printed)");
-  cmd->add_option("--format", f.format, "Output format: text (default), json (CloudEvents lines) or ocsf (OCSF 1.1)")
-      ->check(CLI::IsMember({"text", "json", "ocsf"}));
+void add_filters(Command cmd, Filters& f) {
+  cmd.add_option("--run", f.run, "Only events of this run id");
+  cmd.add_option("--type", f.types,
+                 "Only events of these types: repeat it or give a comma list (capability_violation,run_finished)");
+  cmd.add_option("--pack", f.pack, "Only events of this pack: NAME, NAME@VERSION or its digest sha256:HEX");
+  cmd.add_option("--user", f.user, "Only runs started by, and Moon changes made by, this user (name or uid)");
+  cmd.add_option("--since", f.since, "Only events at or after this time: RFC 3339, or 30s/10m/2h/7d ago");
+  cmd.add_option("--until", f.until, "Only events before this time: RFC 3339, or 30s/10m/2h/7d ago");
+  cmd.add_option("--after", f.after, "Only events after this sequence number (the cursor a previous query printed)");
+  cmd.add_option("--format", f.format, "Output format: text (default), json (CloudEvents lines) or ocsf (OCSF 1.1)")
+      .check_member({"text", "json", "ocsf"});
 }
 
 }  // namespace
 
-void register_scope_commands(CLI::App& app, CliContext& ctx) {
-  auto* scope = app.add_subcommand("scope", "Query the Scope events stored by the Moon");
-  scope->require_subcommand(1);
+void register_scope_commands(Command app, CliContext& ctx) {
+  auto scope = app.add_subcommand("scope", "Query the Scope events stored by the Moon");
+  scope.require_subcommand(1);
   {
     auto a = std::make_shared<QueryArgs>();
-    auto* cmd = scope->add_subcommand("query", "Print stored events, oldest first, filtered; then `cursor: SEQ` on stderr");
+    auto cmd = scope.add_subcommand("query", "Print stored events, oldest first, filtered; then `cursor: SEQ` on stderr");
     add_filters(cmd, a->f);
-    cmd->add_option("--limit", a->limit,
-                    "At most N matches (default 1000; 0: all): the most recent, or with --after the first after it");
-    cmd->add_flag("--manifest", a->manifest, "With --run: print the soyapack.yaml that run used, as the Moon keeps it");
-    cmd->callback([a, &ctx] { ctx.exit_code = run_query(*a); });
+    cmd.add_option("--limit", a->limit,
+                   "At most N matches (default 1000; 0: all): the most recent, or with --after the first after it");
+    cmd.add_flag("--manifest", a->manifest, "With --run: print the soyapack.yaml that run used, as the Moon keeps it");
+    cmd.callback([a, &ctx] { ctx.exit_code = run_query(*a); });
   }
   {
     auto follow = std::make_shared<bool>(false);
     auto lines = std::make_shared<int64_t>(20);
     auto f = std::make_shared<Filters>();
-    auto* cmd = scope->add_subcommand("tail", "Print the last events; -f keeps printing new ones as they are stored");
-    cmd->add_flag("-f,--follow", *follow, "Keep polling for new events (Ctrl-C to stop)");
-    cmd->add_option("-n,--lines", *lines, "How many of the last matching events (default 20)")->check(CLI::NonNegativeNumber);
+    auto cmd = scope.add_subcommand("tail", "Print the last events; -f keeps printing new ones as they are stored");
+    cmd.add_flag("-f,--follow", *follow, "Keep polling for new events (Ctrl-C to stop)");
+    cmd.add_option("-n,--lines", *lines, "How many of the last matching events (default 20)").check_non_negative();
     add_filters(cmd, *f);
-    cmd->callback([follow, lines, f, &ctx] { ctx.exit_code = run_tail(*follow, *lines, *f); });
+    cmd.callback([follow, lines, f, &ctx] { ctx.exit_code = run_tail(*follow, *lines, *f); });
   }
-  register_scope_verify(*scope, ctx);
+  register_scope_verify(scope, ctx);
 }
 
 }  // namespace soyaos::cli

@@ -92,14 +92,14 @@ bool print_findings(const std::vector<std::string>& findings, const std::string&
   return std::fwrite(out.data(), 1, out.size(), stdout) == out.size() && std::fflush(stdout) == 0;
 }
 
-void register_scope_verify(CLI::App& scope, CliContext& ctx) {
+void register_scope_verify(Command scope, CliContext& ctx) {
   auto run = std::make_shared<std::string>();
   auto key = std::make_shared<std::string>();
-  auto* cmd = scope.add_subcommand(
+  auto cmd = scope.add_subcommand(
       "verify", "Verify the Scope record: hash chain, signed checkpoints, head file, cache entries (E6)");
-  cmd->add_option("--run", *run, "Only this run: its events, the chain around them and the checkpoints covering them");
-  cmd->add_option("--key", *key, "Verify with this public key (PEM) instead of $SOYAOS_HOME/moon.pub");
-  cmd->callback([run, key, &ctx] { ctx.exit_code = verify(*run, *key); });
+  cmd.add_option("--run", *run, "Only this run: its events, the chain around them and the checkpoints covering them");
+  cmd.add_option("--key", *key, "Verify with this public key (PEM) instead of $SOYAOS_HOME/moon.pub");
+  cmd.callback([run, key, &ctx] { ctx.exit_code = verify(*run, *key); });
 }
 
 }  // namespace soyaos::cli

@@ -104,23 +104,23 @@ int rm(const std::string& name) {
 
 }  // namespace
 
-void register_secret_commands(CLI::App& app, CliContext& ctx) {
-  auto* group = app.add_subcommand("secret", "The Moon's secret store: values for the secrets packs declare");
-  group->require_subcommand(1);
+void register_secret_commands(Command app, CliContext& ctx) {
+  auto group = app.add_subcommand("secret", "The Moon's secret store: values for the secrets packs declare");
+  group.require_subcommand(1);
   auto name = std::make_shared<std::string>();
-  auto* set_cmd = group->add_subcommand(
+  auto set_cmd = group.add_subcommand(
       "set", "Store a secret: the value is read from stdin (never from the command line); one trailing newline is "
              "dropped");
-  set_cmd->add_option("name", *name, "Secret name (^[A-Z_][A-Z0-9_]*$)")->required();
-  set_cmd->callback([name, &ctx] { ctx.exit_code = set(*name); });
+  set_cmd.add_option("name", *name, "Secret name (^[A-Z_][A-Z0-9_]*$)").required();
+  set_cmd.callback([name, &ctx] { ctx.exit_code = set(*name); });
   auto json = std::make_shared<bool>(false);
-  auto* ls_cmd = group->add_subcommand("ls", "List stored secrets: names and when each was set, never values");
-  ls_cmd->add_flag("--json", *json, "JSON array of {name, set} on stdout");
-  ls_cmd->callback([json, &ctx] { ctx.exit_code = ls(*json); });
+  auto ls_cmd = group.add_subcommand("ls", "List stored secrets: names and when each was set, never values");
+  ls_cmd.add_flag("--json", *json, "JSON array of {name, set} on stdout");
+  ls_cmd.callback([json, &ctx] { ctx.exit_code = ls(*json); });
   auto rm_name = std::make_shared<std::string>();
-  auto* rm_cmd = group->add_subcommand("rm", "Remove a stored secret");
-  rm_cmd->add_option("name", *rm_name, "Secret name")->required();
-  rm_cmd->callback([rm_name, &ctx] { ctx.exit_code = rm(*rm_name); });
+  auto rm_cmd = group.add_subcommand("rm", "Remove a stored secret");
+  rm_cmd.add_option("name", *rm_name, "Secret name").required();
+  rm_cmd.callback([rm_name, &ctx] { ctx.exit_code = rm(*rm_name); });
 }
 
 }  // namespace soyaos::cli

@@ -2,8 +2,7 @@
 // stores its exit status in `CliContext::exit_code`; main() returns it.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
+#include "cli/cli_args.h"
 #include "common/result.h"
 
 #include <filesystem>
@@ -33,22 +32,22 @@ struct CliContext {
 // Exit status for a command-line usage error (T1, T2).
 inline constexpr int kExitUsage = 2;
 
-void register_pack_commands(CLI::App& app, CliContext& ctx);   // cmd_pack.cc: the `pack` group
-void register_pack_validate(CLI::App& pack, CliContext& ctx);  // cmd_pack_validate.cc
-void register_pack_lint(CLI::App& pack, CliContext& ctx);      // cmd_pack_lint.cc
-void register_pack_registry(CLI::App& pack, CliContext& ctx);  // cmd_pack_registry.cc: push, pull, list, inspect, unflag
-void register_pack_test(CLI::App& pack, CliContext& ctx);      // cmd_pack_test.cc
-void register_pack_init(CLI::App& pack, CliContext& ctx);      // cmd_pack_init.cc
-void register_pack_sign(CLI::App& pack, CliContext& ctx);      // cmd_pack_sign.cc: sign, diff, approve
-void register_pack_learn(CLI::App& pack, CliContext& ctx);     // cmd_pack_learn.cc
-void register_scope_commands(CLI::App& app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
-void register_scope_verify(CLI::App& scope, CliContext& ctx);  // cmd_scope_verify.cc: scope verify
-void register_run_command(CLI::App& app, CliContext& ctx);     // cmd_run.cc
-void register_doctor_command(CLI::App& app, CliContext& ctx);  // cmd_doctor.cc
-void register_cache_commands(CLI::App& app, CliContext& ctx);  // cmd_cache.cc: the `cache` group
-void register_moon_serve_commands(CLI::App& moon, CliContext& ctx);  // cmd_moon_serve.cc: moon serve, moon status
-void register_moon_commands(CLI::App& app, CliContext& ctx);   // cmd_moon.cc: the `moon` group (check)
-void register_secret_commands(CLI::App& app, CliContext& ctx); // cmd_secret.cc: secret set|ls|rm
+void register_pack_commands(Command app, CliContext& ctx);   // cmd_pack.cc: the `pack` group
+void register_pack_validate(Command pack, CliContext& ctx);  // cmd_pack_validate.cc
+void register_pack_lint(Command pack, CliContext& ctx);      // cmd_pack_lint.cc
+void register_pack_registry(Command pack, CliContext& ctx);  // cmd_pack_registry.cc: push, pull, list, inspect, unflag
+void register_pack_test(Command pack, CliContext& ctx);      // cmd_pack_test.cc
+void register_pack_init(Command pack, CliContext& ctx);      // cmd_pack_init.cc
+void register_pack_sign(Command pack, CliContext& ctx);      // cmd_pack_sign.cc: sign, diff, approve
+void register_pack_learn(Command pack, CliContext& ctx);     // cmd_pack_learn.cc
+void register_scope_commands(Command app, CliContext& ctx);  // cmd_scope.cc: the `scope` group
+void register_scope_verify(Command scope, CliContext& ctx);  // cmd_scope_verify.cc: scope verify
+void register_run_command(Command app, CliContext& ctx);     // cmd_run.cc
+void register_doctor_command(Command app, CliContext& ctx);  // cmd_doctor.cc
+void register_cache_commands(Command app, CliContext& ctx);  // cmd_cache.cc: the `cache` group
+void register_moon_serve_commands(Command moon, CliContext& ctx);  // cmd_moon_serve.cc: moon serve, moon status
+void register_moon_commands(Command app, CliContext& ctx);   // cmd_moon.cc: the `moon` group (check)
+void register_secret_commands(Command app, CliContext& ctx); // cmd_secret.cc: secret set|ls|rm
 
 // For commands that run packs (cmd_moon.cc): loads the Moon configuration (moon.yaml,
 // SPEC.md C6a) of `home` into `network`. On errors prints each diagnostic and

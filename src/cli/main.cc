@@ -1,4 +1,4 @@
-// soyaos: the command-line tool. Parses arguments with CLI11 and dispatches; all output
+// soyaos: the command-line tool. Parses arguments with CLI11 (through cli_args.h) and dispatches; all output
 // formatting lives in the cmd_*.cc files. Errors go to stderr, machine output to stdout.
 #include <unistd.h>
 
@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,22 +41,23 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 // (soyaos, pack, scope, ...) expects one of its subcommands and that names none is a
 // mistyped command: returns the message suggesting the nearest (CLI11 would only say "A
 // subcommand is required"). Sets `leaf` to the last subcommand reached.
-std::string unknown_subcommand(CLI::App& app, const std::vector<std::string>& words, CLI::App*& leaf) {
-  leaf = &app;
+std::string unknown_subcommand(soyaos::cli::Command app, const std::vector<std::string>& words,
+                               std::optional<soyaos::cli::Command>& leaf) {
+  leaf = app;
   for (const auto& w : words) {
     if (w.empty() || w[0] == '-') continue;  // options of a group take no values
-    auto subs = leaf->get_subcommands([](CLI::App*) { return true; });
+    auto subs = leaf->subcommands();
     if (subs.empty()) return {};
-    auto named = std::find_if(subs.begin(), subs.end(), [&w](CLI::App* sub) { return sub->check_name(w); });
+    auto named = std::find_if(subs.begin(), subs.end(), [&w](const soyaos::cli::Command& sub) { return sub.check_name(w); });
     if (named != subs.end()) {
       leaf = *named;
       continue;
     }
-    const std::string group = leaf == &app ? "soyaos" : "soyaos " + leaf->get_name();
+    const std::string group = *leaf == app ? "soyaos" : "soyaos " + leaf->name();
     std::string best, names;
     size_t best_d = std::string::npos;
-    for (CLI::App* sub : subs) {
-      const std::string& n = sub->get_name();
+    for (const soyaos::cli::Command& sub : subs) {
+      const std::string& n = sub.name();
       names += (names.empty() ? "" : ", ") + n;
       size_t d = edit_distance(w, n);
       if (d < best_d) {
@@ -80,12 +82,13 @@ int run_cli(int argc, char** argv) {
   CliContext ctx;
   ctx.color = ::isatty(STDOUT_FILENO) == 1 && std::getenv("NO_COLOR") == nullptr;
 
-  CLI::App app{"soyaos: run AI agent packs in a fail-closed capability sandbox (Comet)"};
+  RootCommand root{"soyaos: run AI agent packs in a fail-closed capability sandbox (Comet)"};
+  Command app = root.command();
   app.require_subcommand(1);
-  app.set_help_all_flag("--help-all", "Show help for every command");
+  root.set_help_all_flag("--help-all", "Show help for every command");
 
-  auto* version = app.add_subcommand("version", "Print the version of soyaos");
-  version->callback([] { std::printf("soyaos %s\n", SOYAOS_VERSION); });
+  auto version = app.add_subcommand("version", "Print the version of soyaos");
+  version.callback([] { std::printf("soyaos %s\n", SOYAOS_VERSION); });
 
   // Only the command group that the first word names is set up (issue #16): CLI11 builds
   // every option of every command otherwise, ~2 M instructions per start (a third of what a
@@ -93,7 +96,7 @@ int run_cli(int argc, char** argv) {
   // mistyped command) sets up every command, for the help and the suggestion.
   struct Group {
     const char* name;
-    void (*add)(CLI::App&, CliContext&);
+    void (*add)(Command, CliContext&);
   };
   static constexpr Group kGroups[] = {
       {"pack", register_pack_commands},    {"run", register_run_command},       {"scope", register_scope_commands},
@@ -115,15 +118,15 @@ int run_cli(int argc, char** argv) {
   // whatever options precede it; CLI11 never sees it (a multi-value option cannot swallow it).
   std::vector<std::string> words(argv + 1, argv + argc);
   auto dashdash = std::find(words.begin(), words.end(), "--");
-  CLI::App* leaf = nullptr;
+  std::optional<Command> leaf;
   if (auto msg = unknown_subcommand(app, std::vector<std::string>(words.begin(), dashdash), leaf); !msg.empty()) {
     std::fprintf(stderr, "%s\n", msg.c_str());
     return kExitUsage;
   }
   // The same for `pack learn` (C13), which runs the pack with them.
-  const bool takes_args = leaf != nullptr && (leaf->get_name() == "run" ||
-                                              (leaf->get_name() == "learn" && leaf->get_parent() != nullptr &&
-                                               leaf->get_parent()->get_name() == "pack"));
+  const std::optional<Command> leaf_parent = leaf ? leaf->parent() : std::nullopt;
+  const bool takes_args = leaf && (leaf->name() == "run" ||
+                                   (leaf->name() == "learn" && leaf_parent && leaf_parent->name() == "pack"));
   if (dashdash != words.end() && takes_args) {
     ctx.passthrough.assign(dashdash + 1, words.end());
     ctx.has_passthrough = true;
@@ -133,14 +136,7 @@ int run_cli(int argc, char** argv) {
   std::reverse(words.begin(), words.end());
 
   try {
-    app.parse(words);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    (void)app.exit(e);
-    return kExitUsage;
+    if (auto status = root.parse(words, kExitUsage)) return *status;  // help, or a usage error
   } catch (const std::exception& e) {
     // Library exceptions are caught at module edges; this is the last line of defence.
     std::fprintf(stderr, "soyaos: internal error: %s\n", e.what());

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -33,6 +32,6 @@ RemoteDir remote_pack_dir(const std::filesystem::path& home, const std::string& 
 // copy that cannot be read has `error` instead of the pack's fields.
 Result<nlohmann::ordered_json> remote_list(const std::filesystem::path& home);
 
-void register_login_commands(CLI::App& app, CliContext& ctx);  // login, logout
+void register_login_commands(Command app, CliContext& ctx);  // login, logout
 
 }  // namespace soyaos::cli
