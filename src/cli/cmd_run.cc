@@ -262,9 +262,10 @@ void run(const RunArgs& a, CliContext& ctx) {
     return;
   }
   // Usage checks, before anything starts (T6, T7): exit 2, nothing run, nothing touched.
-  // The manifest is read once for them and for the result cache (issue #16: a cache hit
-  // read it three times); run_pack reads and reports it itself.
+  // The manifest is read once for them, for the result cache and for the run (issue #16: a
+  // cache hit read it three times, a run twice); run_pack reports it.
   const manifest::LoadResult loaded = manifest::load_pack(req.pack_dir);
+  req.loaded = &loaded;
   for (const auto& in : a.inputs) req.options.inputs.push_back(policy::parse_input_arg(in));
   if (auto targets = policy::input_targets(req.options.inputs); !targets) {
     std::fprintf(stderr, "soyaos: %s\n", targets.error().describe().c_str());

@@ -138,7 +138,7 @@ RunReport run_pack(const RunRequest& request) {
   RunReport report;
   report.run_id = request.options.run_id.empty() ? scope::new_run_id() : request.options.run_id;
 
-  auto loaded = manifest::load_pack(request.pack_dir);
+  manifest::LoadResult loaded = request.loaded != nullptr ? *request.loaded : manifest::load_pack(request.pack_dir);
   if (!loaded.manifest) {
     report.error = "invalid manifest:";
     for (const auto& d : loaded.errors) report.error += "\n  " + d.format();

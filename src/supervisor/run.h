@@ -55,6 +55,9 @@ struct RunHooks {
 
 struct RunRequest {
   std::filesystem::path pack_dir;
+  // pack_dir's manifest as the caller already loaded it (`soyaos run`'s usage checks), so
+  // that a run parses it once (issue #16); nullptr: run_pack loads it. Must outlive run_pack.
+  const manifest::LoadResult* loaded = nullptr;
   policy::RunOptions options;
   std::vector<std::string> event_files;  // --events FILE (append)
   bool events_to_stdout = false;         // --events -
