@@ -336,7 +336,8 @@ void run(const RunArgs& a, CliContext& ctx) {
   cache.store(report);  // result cache: after the run's events are stored
   trace_phase("cache_store");
   if (!report.error.empty()) {
-    std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(report.error).c_str());
+    // Several lines for an invalid manifest (one file:line:column diagnostic per line).
+    std::fprintf(stderr, "soyaos: %s\n", escape_lines_for_terminal(report.error).c_str());
   }
   for (const auto& s : report.outputs.skipped) {
     std::fprintf(stderr, "soyaos: /workdir/out/%s\n", escape_for_terminal(s).c_str());

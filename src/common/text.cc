@@ -93,6 +93,20 @@ std::string escape_for_terminal(std::string_view text) {
   return out;
 }
 
+std::string escape_lines_for_terminal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t start = 0;
+  while (true) {
+    size_t end = text.find('\n', start);
+    out += escape_for_terminal(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) break;
+    out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
 std::string valid_utf8(std::string_view text) {
   if (is_valid_utf8(text)) return std::string(text);
   std::string out;

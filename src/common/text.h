@@ -20,6 +20,13 @@ namespace soyaos {
 // that no raw text can pose as an escape. Everything else (printable UTF-8) is kept.
 std::string escape_for_terminal(std::string_view text);
 
+// The same for a message of several lines that are ours (e.g. "invalid manifest:" and one
+// diagnostic per line): each line is escaped as above and the line breaks between them are
+// kept, so every diagnostic is read on its own line while a newline inside a line's text
+// could not be told from ours (only a '\n' byte splits; a '\r' or any other control inside
+// a line is escaped).
+std::string escape_lines_for_terminal(std::string_view text);
+
 // For JSON, which carries control characters itself (as \uXXXX) but needs valid UTF-8:
 // valid UTF-8 is kept unchanged; each byte of an invalid sequence becomes `\xNN` (four
 // ASCII characters). A name that really contains the four characters `\xNN` reads the

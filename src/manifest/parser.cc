@@ -11,6 +11,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "common/text.h"
 #include "manifest/manifest.h"
 #include "manifest/parser_secrets.h"
 #include "manifest/rules.h"
@@ -19,6 +20,9 @@
 
 namespace soyaos::manifest {
 
+// Escaped for a terminal (common/text.h): a key path and a message quote the pack's own text,
+// and a hostile pack's key "\e[2J…\n" must not clear a reviewer's screen or start a line of
+// its own. Every caller prints this line or carries it in an error message.
 std::string Diagnostic::format() const {
   std::string out = file;
   if (mark.line > 0) {
@@ -27,7 +31,7 @@ std::string Diagnostic::format() const {
   out += ": error: ";
   if (!key_path.empty()) out += key_path + ": ";
   out += message;
-  return out;
+  return escape_for_terminal(out);
 }
 
 namespace {

@@ -137,6 +137,9 @@ TEST(ManifestDiagnostic, Format) {
   EXPECT_EQ((Diagnostic{"f.yaml", {}, "", "manifest is empty"}.format()), "f.yaml: error: manifest is empty");
   EXPECT_EQ((Diagnostic{"f.yaml", {}, "name", "bad"}.format()), "f.yaml: error: name: bad");
   EXPECT_EQ((Diagnostic{"f.yaml", {2, 1}, "", "bad"}.format()), "f.yaml:2:1: error: bad");
+  // The pack's own text is escaped for a terminal (E7): one line, no control character.
+  EXPECT_EQ((Diagnostic{"f.yaml", {2, 1}, "k\x1B[2J\nx", "unknown key \"\xFF\""}.format()),
+            "f.yaml:2:1: error: k\\x1B[2J\\nx: unknown key \"\\xFF\"");
 }
 
 TEST(ManifestDiagnostic, AllErrorsInOnePassInFileOrder) {

@@ -24,6 +24,14 @@ TEST(EscapeForTerminal, EscapesControlCharactersAndEscapeSequences) {
   EXPECT_EQ(escape_for_terminal("\x7F\x07\x08\t"), "\\x7F\\x07\\x08\\t");
 }
 
+TEST(EscapeLinesForTerminal, KeepsOurLineBreaksAndEscapesTheRest) {
+  EXPECT_EQ(escape_lines_for_terminal("invalid manifest:\n  a:1:1: error: x\n  b:2:1: error: y"),
+            "invalid manifest:\n  a:1:1: error: x\n  b:2:1: error: y");
+  EXPECT_EQ(escape_lines_for_terminal("a\x1B[2J\r\nb\\\n"), "a\\x1B[2J\\r\nb\\\\\n");
+  EXPECT_EQ(escape_lines_for_terminal(""), "");
+  EXPECT_EQ(escape_lines_for_terminal("\n\n"), "\n\n");
+}
+
 TEST(EscapeForTerminal, EscapesC1ControlsAndBidiOverrides) {
   EXPECT_EQ(escape_for_terminal("\xC2\x9B" "2J"), "\\u{009B}2J");  // 8-bit CSI
   EXPECT_EQ(escape_for_terminal("\xC2\x85"), "\\u{0085}");
