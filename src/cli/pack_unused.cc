@@ -137,10 +137,10 @@ int report_unused(const UnusedRequest& req) {
           keep(mm.capabilities.fs_write, in_force.write);
         };
         auto moon = r.hooks.on_event;
-        r.hooks.on_event = [moon, &requests, &mu](const scope::RunContext& c, const nlohmann::ordered_json& ev) {
+        r.hooks.on_event = [moon, &requests, &mu](const scope::RunContext& c, const scope::Event& ev) {
           if (moon) moon(c, ev);
-          if (ev.value("type", "") != "http_request" || !ev.contains("data") || !ev["data"].is_object()) return;
-          const auto& d = ev["data"];
+          if (ev.type != "http_request" || ev.data == nullptr || !ev.data->is_object()) return;
+          const auto& d = *ev.data;
           std::lock_guard lock(mu);
           if (requests.size() >= kMaxRequestsKept) return;
           requests.push_back({d.value("manifest_entry", ""), d.value("method", ""), d.value("path", ""),

@@ -119,7 +119,7 @@ Result<supervisor::RunHooks> moon_run_hooks(const fs::path& home) {
                           {"violation", violation.is_discarded() ? nlohmann::ordered_json(f.violation) : violation}});
     return {};
   };
-  hooks.on_event = [rec](const scope::RunContext& ctx, const nlohmann::ordered_json& event) {
+  hooks.on_event = [rec](const scope::RunContext& ctx, const scope::Event& event) {
     if (rec->run_id != ctx.run_id) {  // the run's first event: run_started
       rec->recorder.reset();
       rec->open_error.reset();

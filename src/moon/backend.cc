@@ -53,6 +53,29 @@ std::optional<std::string> opt(const json& j, const char* k) {
   return std::nullopt;
 }
 
+}  // namespace
+
+Status RunStream::append_serialized(std::span<const scope::Event> events) {
+  std::vector<json> parsed;
+  parsed.reserve(events.size());
+  for (const auto& e : events) {
+    // Our own serialisation: it parses, and dumps back to the same text.
+    json j = json::parse(e.json(), nullptr, false);
+    if (j.is_discarded()) return make_error("a serialized event of run " + e.run_id + " is not JSON");
+    parsed.push_back(std::move(j));
+  }
+  return append(parsed);
+}
+
+Result<std::unique_ptr<RunStream>> MoonBackend::open_run_serialized(const scope::RunContext& ctx,
+                                                                    const scope::Event& first) {
+  json j = json::parse(first.json(), nullptr, false);
+  if (j.is_discarded()) return make_error("the serialized first event of run " + ctx.run_id + " is not JSON");
+  return open_run(ctx, j);
+}
+
+namespace {
+
 // A run streamed into the embedded Moon: a connection to moon.db that the writer thread of
 // the run uses alone, and the run's live file, held by this process. The connection is the
 // stream's own (continue_run_embedded) or borrowed from the EmbeddedMoon that opened the run
@@ -64,6 +87,12 @@ class EmbeddedRunStream final : public RunStream {
   EmbeddedRunStream(Registry* borrowed, LiveRun live, scope::RunContext ctx)
       : reg_(borrowed), live_(std::move(live)), ctx_(std::move(ctx)) {}
   Status append(std::span<const json> events) override { return reg_->store().append_events(events); }
+  Status append_serialized(std::span<const scope::Event> events) override {
+    std::vector<EventRow> rows;
+    rows.reserve(events.size());
+    for (const auto& e : events) rows.push_back({e.json(), e.time, e.type, e.run_id, e.pack, e.version});
+    return reg_->store().append_rows(rows);
+  }
   Result<bool> flag(const json& violation) override {
     return reg_->flag(ctx_.pack, ctx_.version, ctx_.digest, ctx_.run_id, violation, current_actor());
   }
@@ -154,6 +183,17 @@ class EmbeddedMoon final : public MoonBackend {
     if (!live) return live.error();
     auto stream = std::make_unique<EmbeddedRunStream>(&reg_, std::move(live.value()), ctx);
     if (auto s = stream->append(std::span<const json>(&first, 1)); !s) {
+      (void)stream->end();
+      return s.error();
+    }
+    return std::unique_ptr<RunStream>(std::move(stream));
+  }
+  Result<std::unique_ptr<RunStream>> open_run_serialized(const scope::RunContext& ctx,
+                                                         const scope::Event& first) override {
+    auto live = LiveRun::create(reg_.home(), ctx, "run");
+    if (!live) return live.error();
+    auto stream = std::make_unique<EmbeddedRunStream>(&reg_, std::move(live.value()), ctx);
+    if (auto s = stream->append_serialized(std::span<const scope::Event>(&first, 1)); !s) {
       (void)stream->end();
       return s.error();
     }

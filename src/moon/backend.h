@@ -75,6 +75,10 @@ class RunStream {
   // Appends a batch of this run's events (each with data.run_id of this run); returns once
   // they are durable (EventStore::append).
   virtual Status append(std::span<const nlohmann::ordered_json> events) = 0;
+  // The same for events already serialized (scope::EventFormat): the embedded Moon stores
+  // their text as it is; by default (the daemon's stream) each is parsed back into an object
+  // and sent, which the Moon then serializes to the same text.
+  virtual Status append_serialized(std::span<const scope::Event> events);
   // C8 (4) at once: flags this run's NAME@VERSION and digest with `violation` (the run's
   // first capability_violation event) as its reason; the Moon stores `pack_flagged`.
   virtual Result<bool> flag(const nlohmann::ordered_json& violation) = 0;
@@ -155,6 +159,10 @@ class MoonBackend {
   // durably and makes the run live. The daemon refuses a run id it already has events of.
   virtual Result<std::unique_ptr<RunStream>> open_run(const scope::RunContext& ctx,
                                                       const nlohmann::ordered_json& first) = 0;
+  // The same with `first` already serialized: the embedded Moon stores its text as it is;
+  // by default (the daemon) it is parsed back into an object for open_run.
+  virtual Result<std::unique_ptr<RunStream>> open_run_serialized(const scope::RunContext& ctx,
+                                                                 const scope::Event& first);
   // Returns once the events are durable (one transaction), as EventStore::append.
   // Daemon mode: only the events of one new run (a replay's cache_hit), as open_run + end.
   virtual Status append_events(std::span<const nlohmann::ordered_json> events) = 0;

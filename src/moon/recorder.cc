@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +34,7 @@ RunRecorder::~RunRecorder() {
   if (writer_.joinable()) writer_.join();
 }
 
-void RunRecorder::push(const json& event) {
+void RunRecorder::push(const scope::Event& event) {
   std::unique_lock lock(mu_);
   if (queue_.size() >= kQueueMax) {
     // The store is not keeping up (or not answering): the emitting thread waits for room,
@@ -44,15 +45,21 @@ void RunRecorder::push(const json& event) {
       return;
     }
   }
-  const bool violation = event.value("type", "") == "capability_violation";
+  const bool violation = event.type == "capability_violation";
   if (violation) {
     urgent_ = true;  // C8 (2), (4): stored and flagged at once, not at the next tick
     if (!flag_seen_) {
+      // The run's first violation only: its object, for the flag, is read back from its
+      // text (the same fields and values; ViolationLog bounds how many there are).
+      json v = json::parse(event.json(), nullptr, false);
+      // (It always parses; if it did not, the flag would still be raised, naming less.)
+      if (v.is_discarded()) v = json{{"type", event.type}, {"time", event.time}};
       flag_seen_ = true;
-      flag_pending_ = event;
+      flag_pending_ = std::move(v);
     }
   }
-  queue_.push_back(event);
+  scope::Event& queued = queue_.emplace_back(event);
+  queued.data = nullptr;  // the emitter's object does not outlive its emit
   ++pushed_;
   const bool wake = violation || queue_.size() == 1 || queue_.size() >= kBatchMax;
   lock.unlock();
@@ -122,10 +129,10 @@ uint64_t RunRecorder::stored() const {
   return stored_;
 }
 
-Status RunRecorder::store(std::deque<json>& batch) {
+Status RunRecorder::store(std::deque<scope::Event>& batch) {
   if (!stream_) {
     if (batch.empty()) return {};
-    auto opened = moon_->open_run(ctx_, batch.front());
+    auto opened = moon_->open_run_serialized(ctx_, batch.front());
     if (!opened) return opened.error();
     stream_ = std::move(opened.value());
     batch.pop_front();
@@ -150,8 +157,14 @@ Status RunRecorder::store(std::deque<json>& batch) {
     }
   }
   if (!batch.empty()) {
-    const std::vector<json> rows(batch.begin(), batch.end());
-    if (auto s = stream_->append(rows); !s) return s;
+    // Taken from the deque's blocks into one contiguous span by move: no copy of any text.
+    std::vector<scope::Event> rows(std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+    Status s = stream_->append_serialized(rows);
+    if (!s) {
+      // Back, in order, for the retry.
+      std::move(rows.begin(), rows.end(), batch.begin());
+      return s;
+    }
     batch.clear();
   }
   return {};
@@ -163,7 +176,7 @@ void RunRecorder::loop() {
   std::shared_lock gate(clone_gate());
   auto backoff = std::chrono::milliseconds(20);
   for (;;) {
-    std::deque<json> batch;
+    std::deque<scope::Event> batch;
     {
       std::unique_lock lock(mu_);
       gate.unlock();

@@ -51,8 +51,9 @@ class RunRecorder {
   RunRecorder(const RunRecorder&) = delete;
   RunRecorder& operator=(const RunRecorder&) = delete;
 
-  // Queues one event of the run (the first must be run_started). Thread-safe.
-  void push(const nlohmann::ordered_json& event);
+  // Queues one event of the run (the first must be run_started), as serialized for the
+  // events files: its text is what the Moon stores and hashes. Thread-safe.
+  void push(const scope::Event& event);
   // Returns once every event pushed so far is durable and a pending flag is raised.
   Status wait_durable();
   // wait_durable(), then ends the run's liveness (its record is complete) and the thread.
@@ -70,7 +71,7 @@ class RunRecorder {
  private:
   void loop();
   // Stores what it can of `batch` (erasing what is stored); the error is the first failure.
-  Status store(std::deque<nlohmann::ordered_json>& batch);
+  Status store(std::deque<scope::Event>& batch);
 
   struct Call {
     const std::function<Status(MoonBackend&)>* fn;
@@ -84,7 +85,7 @@ class RunRecorder {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;  // the writer waits for events
   std::condition_variable done_cv_;  // wait_durable() and push() wait for progress
-  std::deque<nlohmann::ordered_json> queue_;
+  std::deque<scope::Event> queue_;  // copies without `data`
   uint64_t pushed_ = 0;
   uint64_t stored_ = 0;
   uint64_t lost_ = 0;          // pushed into a full queue past the deadline: never stored

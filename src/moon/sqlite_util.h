@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "common/result.h"
@@ -36,6 +37,14 @@ class Stmt {
     return *this;
   }
   Stmt& bind_opt(int i, const std::string* v) { return v != nullptr ? bind(i, *v) : bind_null(i); }
+  // Text SQLite does not copy: `v` must stay valid until the statement is reset.
+  Stmt& bind_static(int i, std::string_view v) {
+    // A null pointer would bind NULL: an empty view is the empty text.
+    sqlite3_bind_text(s_, i, v.data() != nullptr ? v.data() : "", static_cast<int>(v.size()), SQLITE_STATIC);
+    return *this;
+  }
+  // bind_static, or NULL when `v` is empty.
+  Stmt& bind_static_or_null(int i, std::string_view v) { return v.empty() ? bind_null(i) : bind_static(i, v); }
   int step() { return sqlite3_step(s_); }
   void reset() {
     sqlite3_reset(s_);

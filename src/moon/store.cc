@@ -557,6 +557,45 @@ Result<std::optional<std::string>> Store::manifest(const std::string& digest) {
 
 Status Store::append_events(std::span<const json> events) {
   if (events.empty()) return {};
+  // Serialized here, stored by append_rows: one insert path for objects and lines.
+  struct Owned {
+    std::string text, time, type, run, pack, version;
+  };
+  std::vector<Owned> owned;
+  owned.reserve(events.size());
+  for (const auto& e : events) {
+    if (!e.is_object()) return make_error("append events to " + path_.string() + ": an event is not a JSON object");
+    Owned o;
+    // The time column is the event's own `time`; an event without one gets the store's,
+    // in the JSON too, so that the hashed text says when (a backdated column shows).
+    o.time = str_or_empty(e, "time");
+    if (o.time.empty()) {
+      o.time = scope::now_rfc3339();
+      json stamped = e;
+      stamped["time"] = o.time;
+      o.text = scope::dump_event(stamped);
+    } else {
+      o.text = scope::dump_event(e);
+    }
+    o.type = str_or_empty(e, "type");
+    const json empty;
+    const json& data = e.contains("data") ? e["data"] : empty;
+    o.run = str_or_empty(data, "run_id");
+    o.pack = str_or_empty(data, "pack");
+    o.version = str_or_empty(data, "version");
+    owned.push_back(std::move(o));
+  }
+  std::vector<EventRow> rows;
+  rows.reserve(owned.size());
+  for (const auto& o : owned) rows.push_back({o.text, o.time, o.type, o.run, o.pack, o.version});
+  return append_rows(rows);
+}
+
+Status Store::append_rows(std::span<const EventRow> rows) {
+  if (rows.empty()) return {};
+  for (const auto& r : rows) {
+    if (r.time.empty()) return make_error("append events to " + path_.string() + ": an event without its time");
+  }
   // Nested inside insert_pack's transaction when one is open (autocommit off). BEGIN
   // IMMEDIATE takes the write lock before the chain's end is read: two writers never
   // link to the same event (E6).
@@ -593,35 +632,17 @@ Status Store::append_events(std::span<const json> events) {
                     "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)");
   if (!st) return st.error();
   bool head_due = false;
-  for (const auto& e : events) {
-    if (!e.is_object()) return make_error("append events to " + path_.string() + ": an event is not a JSON object");
-    // The time column is the event's own `time`; an event without one gets the store's,
-    // in the JSON too, so that the hashed text says when (a backdated column shows).
-    std::string time = str_or_empty(e, "time");
-    std::string text;
-    if (time.empty()) {
-      time = scope::now_rfc3339();
-      json stamped = e;
-      stamped["time"] = time;
-      text = stamped.dump(-1, ' ', false, json::error_handler_t::replace);
-    } else {
-      text = e.dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-    const std::string type = str_or_empty(e, "type");
-    const json empty;
-    const json& data = e.contains("data") ? e["data"] : empty;
-    const std::string run = str_or_empty(data, "run_id"), pack = str_or_empty(data, "pack"),
-                      version = str_or_empty(data, "version");
+  for (const auto& r : rows) {
     const int64_t seq = ++last;
-    std::string hash = chain::event_hash(seq, prev, text);
-    st->bind(1, seq).bind(2, time).bind(3, type);
-    st->bind_opt(4, run.empty() ? nullptr : &run).bind_opt(5, pack.empty() ? nullptr : &pack);
-    st->bind_opt(6, version.empty() ? nullptr : &version);
-    st->bind(7, text).bind(8, prev).bind(9, hash);
+    std::string hash = chain::event_hash(seq, prev, r.json);
+    // The row's text outlives the step (bound without a copy); reset() unbinds it.
+    st->bind(1, seq).bind_static(2, r.time).bind_static(3, r.type);
+    st->bind_static_or_null(4, r.run_id).bind_static_or_null(5, r.pack).bind_static_or_null(6, r.version);
+    st->bind_static(7, r.json).bind(8, prev).bind(9, hash);
     if (auto s = step_done(*st, db_, path_, "append an event"); !s) return s;
     st->reset();
     prev = std::move(hash);
-    if (type == "run_finished" || type == "run_incomplete" || run.empty()) head_due = true;
+    if (r.type == "run_finished" || r.type == "run_incomplete" || r.run_id.empty()) head_due = true;
   }
   // Every batch ends with a signed checkpoint in the same transaction: a committed event
   // is always covered, so an event after the last checkpoint was not stored by a Moon.

@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,6 +48,17 @@ struct PackRecord {
   int64_t size = 0;             // archive bytes
   std::string pushed_at;        // RFC 3339 UTC
   std::string manifest;         // soyapack.yaml as pushed
+};
+
+// One event already serialized (scope::Event): stored and hashed as it is. `time` is the
+// event's own (the indexed column); an empty run_id, pack or version is stored as NULL.
+struct EventRow {
+  std::string_view json;
+  std::string_view time;
+  std::string_view type;
+  std::string_view run_id;
+  std::string_view pack;
+  std::string_view version;
 };
 
 // Who changed the Moon's state by hand (`soyaos pack unflag`): in daemon mode the daemon
@@ -240,6 +252,10 @@ class Store {
   // All of `events` in one durable transaction, or none of them. Each must be a JSON
   // object; `time`, `type` and data.{run_id,pack,version} are indexed when present.
   Status append_events(std::span<const nlohmann::ordered_json> events);
+  // The same for events already serialized: each row's text is stored and hashed as given
+  // (append_events serializes its objects and stores them through this). Every row needs
+  // its time.
+  Status append_rows(std::span<const EventRow> rows);
   Result<std::vector<StoredEvent>> query_events(const EventQuery& query);
   // SQLite's EXPLAIN QUERY PLAN of the statement query_events runs for `query`, one detail
   // a line ("SEARCH events USING INDEX events_digest (<expr>=? AND rowid>?)"): the indexes

@@ -87,21 +87,119 @@ std::string new_run_id() {
   return id;
 }
 
-nlohmann::ordered_json make_event(const RunContext& ctx, const std::string& type, nlohmann::ordered_json data) {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json make_event_as(const RunContext& ctx, const std::string& type, Json data, const std::string& id,
+                   const std::string& time) {
   // The run's identity first, then the event's own fields.
-  nlohmann::ordered_json full = {
-      {"run_id", ctx.run_id}, {"pack", ctx.pack}, {"version", ctx.version}, {"digest", ctx.digest}};
+  Json full = {{"run_id", ctx.run_id}, {"pack", ctx.pack}, {"version", ctx.version}, {"digest", ctx.digest}};
   for (auto& [key, value] : data.items()) full[key] = std::move(value);
-  nlohmann::ordered_json e;
+  Json e;
   e["specversion"] = "1.0";
-  e["id"] = new_event_id();
+  e["id"] = id;
   e["source"] = "soyaos://" + ctx.host + "/comet/" + ctx.run_id;
   e["type"] = type;
-  e["time"] = now_rfc3339();
+  e["time"] = time;
   e["subject"] = ctx.pack + "@" + ctx.version;
   e["datacontenttype"] = "application/json";
   e["data"] = std::move(full);
   return e;
+}
+
+std::string dump_string(const std::string& s) { return dump_event(Json(s)); }
+
+// Appends `s` as a JSON string. The event's type, id and time are plain ASCII (nothing to
+// escape), written as they are; anything else goes through the JSON library's escaping.
+void append_string(std::string& out, const std::string& s) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') {
+      out += dump_string(s);
+      return;
+    }
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+std::string string_field(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::string dump_event(const nlohmann::ordered_json& event) {
+  return event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+nlohmann::ordered_json make_event(const RunContext& ctx, const std::string& type, nlohmann::ordered_json data) {
+  return make_event_as(ctx, type, std::move(data), new_event_id(), now_rfc3339());
+}
+
+EventFormat::EventFormat(RunContext ctx)
+    : ctx_(std::move(ctx)),
+      source_(dump_string("soyaos://" + ctx_.host + "/comet/" + ctx_.run_id)),
+      subject_(dump_string(ctx_.pack + "@" + ctx_.version)),
+      identity_("{\"run_id\":" + dump_string(ctx_.run_id) + ",\"pack\":" + dump_string(ctx_.pack) +
+                ",\"version\":" + dump_string(ctx_.version) + ",\"digest\":" + dump_string(ctx_.digest)) {}
+
+Event EventFormat::make(const std::string& type, const nlohmann::ordered_json& data) const {
+  return make(type, data, new_event_id(), now_rfc3339());
+}
+
+Event EventFormat::make(const std::string& type, const nlohmann::ordered_json& data, const std::string& id,
+                        const std::string& time) const {
+  Event ev;
+  ev.type = type;
+  ev.time = time;
+  bool fast = data.is_object() || data.is_null();
+  for (const char* key : {"run_id", "pack", "version", "digest"}) {
+    if (fast && data.is_object() && data.contains(key)) fast = false;
+  }
+  if (!fast) {
+    // make_event's own merge (a field of the run's identity replaced in place, an array's
+    // items keyed by index): rare enough to pay for the JSON object.
+    const Json e = make_event_as(ctx_, type, data, id, time);
+    ev.line = dump_event(e);
+    ev.line += '\n';
+    const Json& d = e["data"];
+    ev.run_id = string_field(d, "run_id");
+    ev.pack = string_field(d, "pack");
+    ev.version = string_field(d, "version");
+    return ev;
+  }
+  // make_event's key order: specversion, id, source, type, time, subject, datacontenttype,
+  // data (the run's identity, then the emitter's fields in their order).
+  const std::string body = data.is_object() && !data.empty() ? dump_event(data) : std::string();
+  std::string& line = ev.line;
+  line.reserve(160 + source_.size() + subject_.size() + identity_.size() + type.size() + body.size());
+  line += "{\"specversion\":\"1.0\",\"id\":";
+  append_string(line, id);
+  line += ",\"source\":";
+  line += source_;
+  line += ",\"type\":";
+  append_string(line, type);
+  line += ",\"time\":";
+  append_string(line, time);
+  line += ",\"subject\":";
+  line += subject_;
+  line += ",\"datacontenttype\":\"application/json\",\"data\":";
+  line += identity_;
+  if (body.empty()) {
+    line += '}';
+  } else {
+    line += ',';
+    line.append(body, 1);  // the object's members and its closing brace
+  }
+  line += "}\n";
+  ev.run_id = ctx_.run_id;
+  ev.pack = ctx_.pack;
+  ev.version = ctx_.version;
+  return ev;
 }
 
 Status EventSink::add_file(const std::string& path) {
@@ -113,8 +211,11 @@ Status EventSink::add_file(const std::string& path) {
 
 void EventSink::add_stdout() { to_stdout_ = true; }
 
-Status EventSink::emit(const nlohmann::ordered_json& event) {
-  std::string line = event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+Status EventSink::emit(const nlohmann::ordered_json& event) { return write_line(dump_event(event) + "\n"); }
+
+Status EventSink::emit(const Event& event) { return write_line(event.line); }
+
+Status EventSink::write_line(const std::string& line) {
   for (const auto& f : files_) {
     if (auto s = write_all(f.get(), line); !s) return s;
   }

@@ -49,7 +49,7 @@ void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool re
     d["duration_ms"] = now_ms() - c->started;
     d["reason"] = reason;
     if (!error.empty()) d["error"] = error;
-    cb.event("egress_closed", d);
+    cb.event("egress_closed", std::move(d));
   }
   if (reset) {
     reset_close(c->agent);
@@ -234,7 +234,7 @@ void EgressService::Impl::fail_upstream(Conn* c, const std::string& why) {
     d["duration_ms"] = now_ms() - c->started;
     d["reason"] = "upstream unreachable";
     d["error"] = why;
-    cb.event("egress_closed", d);
+    cb.event("egress_closed", std::move(d));
   }
   if (c->proxy && !c->proxy_answered && c->proxy_phase == 1) {
     proxy_reply(c, "502 Bad Gateway", "soyaos moon proxy: " + why + "\n");
@@ -276,7 +276,7 @@ void EgressService::Impl::connected(Conn* c, bool known_ok) {
     Json d = base(*c);
     d["address"] = policy::to_string(c->upstream_addr);
     if (!c->sni.empty()) d["sni"] = c->sni;
-    cb.event("egress_opened", d);
+    cb.event("egress_opened", std::move(d));
   }
   // A tcp tunnel is established once the upstream is; an https tunnel was answered 200
   // before (its ClientHello had to be checked before anything was connected).

@@ -246,6 +246,8 @@ RunReport run_pack(const RunRequest& request) {
   }
   if (request.events_to_stdout) sink.add_stdout();
   scope::RunContext ctx{hostname(), report.run_id, m.name, m.version, *digest};
+  // Each event is serialized once, for the files, stdout and the Moon alike.
+  const scope::EventFormat event_format(ctx);
   // Events come from three threads (this one, the seccomp notifier, the egress loop).
   std::recursive_mutex emit_mu;
   // The network's events are bounded per class (network_log.h), violations by ViolationLog.
@@ -278,7 +280,8 @@ RunReport run_pack(const RunRequest& request) {
           " refused at the egress gateway's limit of " + std::to_string(data.value("limit_connections", uint64_t{0})) +
           " open at once (docs/network.md, Limits)");
     }
-    if (NetworkEventLog::bounds(type) && !network_log.record(type, data, scope::now_rfc3339())) return;
+    const std::string time = scope::now_rfc3339();
+    if (NetworkEventLog::bounds(type) && !network_log.record(type, data, time)) return;
     if (type == "egress_opened" && data.contains("entry") && data["entry"].is_string()) {
       // Through the Moon proxy the entry is the operator's proxy.allow[i]; the pack's
       // moon-proxy entry is what was exercised.
@@ -287,11 +290,12 @@ RunReport run_pack(const RunRequest& request) {
         report.egress_used.push_back(entry);
       }
     }
-    auto event = scope::make_event(ctx, type, std::move(data));
+    scope::Event event = event_format.make(type, data, scope::new_event_id(), time);
     // A failing event sink must not go unnoticed (E4): remember it and fail the run.
     if (auto s = sink.emit(event); !s && report.error.empty()) {
       report.error = "events: " + s.error().describe();
     }
+    event.data = &data;
     if (request.hooks.on_event) request.hooks.on_event(ctx, event);  // the Moon, as it happens
   };
   nlohmann::ordered_json started = {{"host", ctx.host},

@@ -44,7 +44,8 @@ struct RunHooks {
   std::function<Status(const scope::RunContext&, const EmitFn&)> before_launch;
   // Each event of the run as it is emitted, in order, run_started first (E4: stored as it
   // happens). Called under the run's event lock: it queues, it must not wait for a disk.
-  std::function<void(const scope::RunContext&, const nlohmann::ordered_json& event)> on_event;
+  // The event arrives serialized (the bytes the files got) with its emitter's data fields.
+  std::function<void(const scope::RunContext&, const scope::Event& event)> on_event;
   // Returns once every event so far is durable: after run_started, before the Comet starts
   // (no agent runs without its run_started on disk). An error refuses the run (125).
   std::function<Status()> wait_durable;

@@ -24,7 +24,8 @@ TEST(MoonRecorder, CallRunsOnTheWriterAfterWhatIsQueuedAndReturnsItsStatus) {
   const scope::RunContext ctx{"host", scope::new_run_id(), "recorder-probe", "0.1.0",
                               "sha256:" + std::string(64, 'a')};
   RunRecorder rec(std::move(moon.value()), ctx);
-  rec.push(scope::make_event(ctx, "run_started", {{"probe", true}}));
+  const scope::EventFormat format(ctx);
+  rec.push(format.make("run_started", {{"probe", true}}));
 
   const std::thread::id caller = std::this_thread::get_id();
   std::thread::id ran_on;
@@ -49,7 +50,7 @@ TEST(MoonRecorder, CallRunsOnTheWriterAfterWhatIsQueuedAndReturnsItsStatus) {
   EXPECT_EQ(failed.error().message, "refused here");
   EXPECT_EQ(failed.error().err, EIO);
 
-  rec.push(scope::make_event(ctx, "run_finished", {{"exit_code", 0}}));
+  rec.push(format.make("run_finished", {{"exit_code", 0}}));
   Status finished = rec.finish();
   ASSERT_TRUE(finished) << finished.error().describe();
   EXPECT_EQ(rec.stored(), 2u);
