@@ -12,6 +12,8 @@
 // A reader trusts none of it: every field is checked, and a flag is only ever a warning.
 #include "cli/remote_flags.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -180,10 +182,11 @@ std::vector<std::string> publish_queued_flags(const fs::path& home, const Publis
 
 std::vector<std::string> publish_queued_flags(moon::MoonBackend& moon, const fs::path& home, const PublishOptions& o) {
   std::vector<std::string> notes;
-  auto rows = moon.queued_flags(o.registry, o.honour_backoff, kPublishBatch);
+  auto rows = moon.queued_flags(o.registry, o.honour_backoff, kPublishBatch, /*run_uid=*/-1);
   if (!rows) return {"warning: queued flags: " + rows.error().describe()};
   std::map<std::string, std::vector<moon::QueuedFlag>> by_registry;
   for (auto& r : *rows) by_registry[r.registry].push_back(std::move(r));
+  const std::string claimer = "soyaos pid " + std::to_string(::getpid()) + " uid " + std::to_string(::getuid());
   for (auto& [registry, flags] : by_registry) {
     std::optional<oci::Client> own;
     oci::Client* client = o.client != nullptr && o.client->registry() == registry ? o.client : nullptr;
@@ -205,6 +208,14 @@ std::vector<std::string> publish_queued_flags(moon::MoonBackend& moon, const fs:
       }
     }
     for (const auto& f : flags) {
+      // One publisher per flag: the client's gate, another command and `moon serve` may all
+      // have read it as queued; only the one that claims it pushes it.
+      auto claimed = moon.claim_queued_flag(f.id, claimer);
+      if (!claimed) {
+        notes.push_back("warning: queued flags: " + claimed.error().describe());
+        break;
+      }
+      if (!*claimed) continue;  // published meanwhile, or another publisher is at it
       std::string error = open_error;
       std::string referrer;
       if (client != nullptr) {

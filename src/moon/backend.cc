@@ -160,15 +160,19 @@ class EmbeddedMoon final : public MoonBackend {
     if (!digest) return digest.error();
     return queue_run_flags(reg_.store(), reg_.home(), *digest, run_id, surface, resource);
   }
-  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit) override {
+  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit,
+                                               int64_t run_uid) override {
     const int64_t now =
         due_only ? std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                        .count()
                  : 0;
-    return reg_.store().queued_flags(registry, now, limit);
+    return reg_.store().queued_flags(registry, now, limit, run_uid);
   }
   Status flag_publish_result(int64_t id, const std::string& referrer, const std::string& error) override {
     return record_publish_result(reg_.store(), id, referrer, error);
+  }
+  Result<bool> claim_queued_flag(int64_t id, const std::string& by) override {
+    return moon::claim_queued_flag(reg_.store(), id, by);
   }
   Result<std::string> keep_manifest(const std::string& text) override { return reg_.store().put_manifest(text); }
   Result<std::optional<std::string>> manifest(const std::string& digest) override {

@@ -140,13 +140,20 @@ class MoonBackend {
   virtual Result<FlagQueueReport> queue_run_flag(const std::string& run_id, const TreeDigestFn& tree_digest,
                                                  const std::string& surface, const std::string& resource) = 0;
   // Unpublished flags for `registry` ("" any), oldest first, at most `limit` (at most 64
-  // through the daemon); `due_only`: only those whose backoff has passed.
-  virtual Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only,
-                                                       int64_t limit) = 0;
+  // through the daemon); `due_only`: only those whose backoff has passed and that no
+  // publisher holds (claim_queued_flag). `run_uid` >= 0: only the flags of runs the daemon
+  // attributed to that uid (-1: all; a daemon answers a client by its peer's uid itself).
+  virtual Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit,
+                                                       int64_t run_uid) = 0;
   // One attempt's outcome: published as `referrer`, else failed with `error` (retried after
   // a backoff). The daemon takes it from root, the Moon's owner, or the user whose run
   // raised the flag.
   virtual Status flag_publish_result(int64_t id, const std::string& referrer, const std::string& error) = 0;
+  // Before pushing queued flag `id`: takes it for this publisher (`by`, for diagnostics; the
+  // daemon names its peer instead). False when it is published or another publisher holds
+  // it (the client's gate and `moon serve` never push the same flag together); released by
+  // flag_publish_result. The daemon takes it from root, the Moon's owner, or the run's user.
+  virtual Result<bool> claim_queued_flag(int64_t id, const std::string& by) = 0;
 
   // ---- manifests of runs (E5) ----
   // Keeps a run's soyapack.yaml bytes; returns "sha256:…" of them (the Moon computes it).

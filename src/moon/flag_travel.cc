@@ -193,6 +193,11 @@ Result<FlagQueueReport> queue_run_flags(Store& store, const fs::path& home, cons
   return report;
 }
 
+Result<bool> claim_queued_flag(Store& store, int64_t id, const std::string& by) {
+  const int64_t now = now_s();
+  return store.claim_flag(id, now, now + kFlagClaimSeconds, by.substr(0, 256));
+}
+
 Status record_publish_result(Store& store, int64_t id, const std::string& referrer, const std::string& error) {
   if (!referrer.empty()) {
     if (!digest_ok(referrer)) return make_error("not a referrer digest: " + referrer, EINVAL);

@@ -66,4 +66,10 @@ Result<FlagQueueReport> queue_run_flags(Store& store, const std::filesystem::pat
 // for tests).
 Status record_publish_result(Store& store, int64_t id, const std::string& referrer, const std::string& error);
 
+// How long a publisher's claim on a queued flag holds when it never reports (it died): past
+// it another publisher may push the flag.
+inline constexpr int64_t kFlagClaimSeconds = 300;
+// Claims queued flag `id` for `by` until now + kFlagClaimSeconds (Store::claim_flag).
+Result<bool> claim_queued_flag(Store& store, int64_t id, const std::string& by);
+
 }  // namespace soyaos::moon

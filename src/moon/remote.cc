@@ -356,10 +356,11 @@ class RemoteMoon final : public MoonBackend {
     return queue_report_from_json(r->value("queued", json::object()));
   }
 
-  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit) override {
+  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, bool due_only, int64_t limit,
+                                               int64_t run_uid) override {
     json req = {{"op", "queued_flags"}, {"registry", registry}, {"due", due_only}, {"limit", limit}};
     auto r = request(req, [&](MoonBackend& b) -> Result<json> {
-      auto l = b.queued_flags(registry, due_only, limit);
+      auto l = b.queued_flags(registry, due_only, limit, run_uid);
       if (!l) return l.error();
       json arr = json::array();
       for (const auto& q : *l) arr.push_back(to_json(q));
@@ -379,6 +380,17 @@ class RemoteMoon final : public MoonBackend {
     });
     if (!r) return r.error();
     return {};
+  }
+
+  // Only the id is sent: the daemon names its peer as the claimer.
+  Result<bool> claim_queued_flag(int64_t id, const std::string& by) override {
+    auto r = request({{"op", "claim_queued_flag"}, {"id", id}}, [&](MoonBackend& b) -> Result<json> {
+      auto c = b.claim_queued_flag(id, by);
+      if (!c) return c.error();
+      return json{{"claimed", *c}};
+    });
+    if (!r) return r.error();
+    return r->value("claimed", false);
   }
 
   Result<std::string> keep_manifest(const std::string& text) override {

@@ -114,16 +114,33 @@ Result<json> queue_run_flag(MoonBackend& moon, const json& req, uid_t peer_uid,
   return json{{"queued", to_json(*q)}};
 }
 
-Result<json> publish_result(MoonBackend& moon, const json& req, uid_t peer_uid,
-                            const std::function<void(const std::string&)>& log) {
+// Unpublished flag `req.id`, when the peer may act on its run (root, the owner, the run's user).
+Result<QueuedFlag> pending_flag_for_peer(MoonBackend& moon, const std::string& op, const json& req, uid_t peer_uid) {
   auto it = req.find("id");
-  if (it == req.end() || !it->is_number_integer()) return make_error("flag_publish_result: no id", EINVAL);
+  if (it == req.end() || !it->is_number_integer()) return make_error(op + ": no id", EINVAL);
   const int64_t id = it->get<int64_t>();
-  auto pending = moon.queued_flags("", false, kMaxQueuedFlags);
+  auto pending = moon.queued_flags("", false, kMaxQueuedFlags, -1);
   if (!pending) return pending.error();
   auto row = std::find_if(pending->begin(), pending->end(), [&](const QueuedFlag& q) { return q.id == id; });
-  if (row == pending->end()) return make_error("flag_publish_result: no queued flag " + std::to_string(id) + " waits", ENOENT);
-  if (auto st = may_act_on_run(moon, "flag_publish_result", row->run_id, peer_uid); !st) return st.error();
+  if (row == pending->end()) return make_error(op + ": no queued flag " + std::to_string(id) + " waits", ENOENT);
+  if (auto st = may_act_on_run(moon, op, row->run_id, peer_uid); !st) return st.error();
+  return std::move(*row);
+}
+
+Result<json> claim_flag(MoonBackend& moon, const json& req, uid_t peer_uid) {
+  auto row = pending_flag_for_peer(moon, "claim_queued_flag", req, peer_uid);
+  if (!row) return row.error();
+  auto claimed = moon.claim_queued_flag(row->id, "uid " + std::to_string(peer_uid) + " through the daemon");
+  if (!claimed) return claimed.error();
+  return json{{"claimed", *claimed}};
+}
+
+Result<json> publish_result(MoonBackend& moon, const json& req, uid_t peer_uid,
+                            const std::function<void(const std::string&)>& log) {
+  auto found = pending_flag_for_peer(moon, "flag_publish_result", req, peer_uid);
+  if (!found) return found.error();
+  const QueuedFlag* row = &*found;
+  const int64_t id = row->id;
   const std::string referrer = req_str(req, "referrer");
   if (auto st = moon.flag_publish_result(id, referrer, req_str(req, "error")); !st) return st.error();
   if (!referrer.empty()) {
@@ -142,24 +159,22 @@ std::optional<Result<json>> handle_flag_op(MoonBackend& moon, const std::string&
     // Root and the owner see the whole queue; any other client the flags of its own runs
     // (those it may report on, and no other user's flags).
     const bool all = peer_known && (peer_uid == 0 || peer_uid == ::geteuid());
-    auto l = moon.queued_flags(req_str(req, "registry"), req_bool(req, "due"), all ? limit : kMaxQueuedFlags);
+    // An unknown peer sees none; another client only its runs' (one query: the uid filter).
+    if (!all && !peer_known) return Result<json>(json{{"flags", json::array()}});
+    auto l = moon.queued_flags(req_str(req, "registry"), req_bool(req, "due"), limit,
+                               all ? int64_t{-1} : static_cast<int64_t>(peer_uid));
     if (!l) return Result<json>(l.error());
     json arr = json::array();
-    for (const auto& q : *l) {
-      if (static_cast<int64_t>(arr.size()) >= limit) break;
-      if (!all) {
-        auto uid = run_uid(moon, q.run_id);
-        if (!uid || !*uid || **uid != static_cast<int64_t>(peer_uid) || !peer_known) continue;
-      }
-      arr.push_back(to_json(q));
-    }
+    for (const auto& q : *l) arr.push_back(to_json(q));
     return Result<json>(json{{"flags", std::move(arr)}});
   }
-  if (op != "remote_origin" && op != "received_flag" && op != "queue_run_flag" && op != "flag_publish_result")
+  if (op != "remote_origin" && op != "received_flag" && op != "queue_run_flag" && op != "flag_publish_result" &&
+      op != "claim_queued_flag")
     return std::nullopt;
   if (!peer_known) return Result<json>(make_error(op + ": the client's credentials (SO_PEERCRED) are unknown", EPERM));
   if (op == "queue_run_flag") return queue_run_flag(moon, req, peer_uid, log);
   if (op == "flag_publish_result") return publish_result(moon, req, peer_uid, log);
+  if (op == "claim_queued_flag") return claim_flag(moon, req, peer_uid);
   if (op == "received_flag") {
     const ReceivedFlag f = received_flag_from_json(req_obj(req, "flag"));
     if (auto why = check_received_flag(f); !why.empty())

@@ -14,8 +14,13 @@
 //                                         root or the owner), builds the flag body and
 //                                         queues it for the registries the content came from
 //   queued_flags        {registry, due, limit}  unpublished flags (at most 64)
-//   flag_publish_result {id, referrer, error}   one attempt's outcome: from root, the
+//   claim_queued_flag   {id}              before pushing it: {"claimed": true} when this
+//                                         peer now holds the flag (unpublished, nobody
+//                                         else's claim running), else false; from root, the
 //                                         owner, or the user whose run raised the flag
+//   flag_publish_result {id, referrer, error}   one attempt's outcome (releases the claim):
+//                                         from root, the owner, or the user whose run
+//                                         raised the flag
 //
 // Nothing the client says is taken as who or when: the peer is SO_PEERCRED's, times are the
 // daemon's clock. `moon serve` also publishes its own queue (cmd_moon_serve.cc).

@@ -233,6 +233,13 @@ CREATE TABLE IF NOT EXISTS flag_outbox (
 CREATE INDEX IF NOT EXISTS flag_outbox_pending ON flag_outbox (registry, published_at);
 )sql";
 
+// Schema 8 (C12): a queued flag is claimed by one publisher at a time (Store::claim_flag):
+// the client's gate and `moon serve` no longer push the same flag together.
+const char* const kSchemaV8 = R"sql(
+ALTER TABLE flag_outbox ADD COLUMN claimed_until INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE flag_outbox ADD COLUMN claimed_by TEXT NOT NULL DEFAULT '';
+)sql";
+
 PackRecord pack_from(Stmt& s) {
   PackRecord p;
   p.id = s.integer(0);
@@ -384,6 +391,11 @@ Status Store::init_schema() {
   if (*v == 6) {
     if (auto s = exec(db_, path_, kSchemaV7, "upgrade the schema to version 7"); !s) return s;
     if (auto s = exec(db_, path_, "PRAGMA user_version=7", "set the schema version"); !s) return s;
+    *v = 7;
+  }
+  if (*v == 7) {
+    if (auto s = exec(db_, path_, kSchemaV8, "upgrade the schema to version 8"); !s) return s;
+    if (auto s = exec(db_, path_, "PRAGMA user_version=8", "set the schema version"); !s) return s;
   }
   if (auto s = txn.commit(); !s) return s;
   return flush_head();

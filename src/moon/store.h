@@ -26,7 +26,7 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 
 namespace chain {
 class MoonKey;
@@ -221,8 +221,18 @@ class Store {
   enum class Queued { queued, duplicate, full };
   Result<Queued> queue_flag(const QueuedFlag& flag);
   // Unpublished flags for `registry` ("" any), oldest first, at most `limit`; `now` > 0:
-  // only those whose next_attempt is due.
-  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, int64_t now, int64_t limit);
+  // only those whose next_attempt is due and that no publisher's claim holds. `run_uid` >= 0:
+  // only the flags of runs the daemon attributed to that uid (their run_started's
+  // soyaosuid), in the same query.
+  Result<std::vector<QueuedFlag>> queued_flags(const std::string& registry, int64_t now, int64_t limit,
+                                               int64_t run_uid = -1);
+  // Claims unpublished flag `id` for one publisher (`by`, for diagnostics) until `until`
+  // (unix seconds), in one UPDATE: true when this call took it, false when it is published
+  // or a claim on it or on another flag of the same subject (registry, repository,
+  // manifest) has not expired — one push at a time per subject's referrers. flag_published
+  // and flag_publish_failed release it; a publisher that died releases it when `until`
+  // passes.
+  Result<bool> claim_flag(int64_t id, int64_t now, int64_t until, const std::string& by);
   // Queued flag `id`, published or not; nullopt when there is none.
   Result<std::optional<QueuedFlag>> queued_flag(int64_t id);
   Status flag_published(int64_t id, const std::string& referrer);

@@ -169,14 +169,20 @@ Result<Store::Queued> Store::queue_flag(const QueuedFlag& q) {
   return added ? Queued::queued : Queued::duplicate;
 }
 
-Result<std::vector<QueuedFlag>> Store::queued_flags(const std::string& registry, int64_t now, int64_t limit) {
+Result<std::vector<QueuedFlag>> Store::queued_flags(const std::string& registry, int64_t now, int64_t limit,
+                                                   int64_t run_uid) {
+  // The uid filter reads each row's run_started through events_run (run_id): one query,
+  // not one per row.
   auto st = prepare(db_, path_,
                     "SELECT id, registry, repository, manifest_digest, manifest_size, run_id, body, queued_at, "
                     "attempts, next_attempt, last_error, COALESCE(published_at, ''), COALESCE(referrer, '') "
                     "FROM flag_outbox WHERE published_at IS NULL AND (?1 = '' OR registry=?1) "
-                    "AND (?2 <= 0 OR next_attempt <= ?2) ORDER BY id LIMIT ?3");
+                    "AND (?2 <= 0 OR (next_attempt <= ?2 AND claimed_until <= ?2)) "
+                    "AND (?4 < 0 OR EXISTS (SELECT 1 FROM events e WHERE e.run_id = flag_outbox.run_id "
+                    "AND e.type = 'run_started' AND json_extract(e.json, '$.soyaosuid') = ?4)) "
+                    "ORDER BY id LIMIT ?3");
   if (!st) return st.error();
-  st->bind(1, registry).bind(2, now).bind(3, limit);
+  st->bind(1, registry).bind(2, now).bind(3, limit).bind(4, run_uid);
   return read_rows(*st, queued_row, db_, path_, "read the queued flags");
 }
 
@@ -193,10 +199,27 @@ Result<std::optional<QueuedFlag>> Store::queued_flag(int64_t id) {
   return std::optional<QueuedFlag>(std::move(rows->front()));
 }
 
+Result<bool> Store::claim_flag(int64_t id, int64_t now, int64_t until, const std::string& by) {
+  // One statement: of two publishers that claim the same row, exactly one changes it. Not
+  // while another flag of the same subject is held either: a registry without the
+  // referrers API lists a subject's referrers in one index (the sha256-HEX tag) that each
+  // push reads, extends and writes back, so two pushes of one subject at once lose one.
+  auto st = prepare(db_, path_,
+                    "UPDATE flag_outbox SET claimed_until=?3, claimed_by=?4 "
+                    "WHERE id=?1 AND published_at IS NULL AND claimed_until <= ?2 AND NOT EXISTS ("
+                    "SELECT 1 FROM flag_outbox o WHERE o.id != ?1 AND o.registry = flag_outbox.registry "
+                    "AND o.repository = flag_outbox.repository AND o.manifest_digest = flag_outbox.manifest_digest "
+                    "AND o.published_at IS NULL AND o.claimed_until > ?2)");
+  if (!st) return st.error();
+  st->bind(1, id).bind(2, now).bind(3, until).bind(4, by);
+  if (auto s = step_done(*st, db_, path_, "claim queued flag " + std::to_string(id)); !s) return s.error();
+  return sqlite3_changes(db_) > 0;
+}
+
 Status Store::flag_published(int64_t id, const std::string& referrer) {
   auto st = prepare(db_, path_,
-                    "UPDATE flag_outbox SET published_at=?2, referrer=?3, attempts=attempts+1, last_error='' "
-                    "WHERE id=?1");
+                    "UPDATE flag_outbox SET published_at=?2, referrer=?3, attempts=attempts+1, last_error='', "
+                    "claimed_until=0, claimed_by='' WHERE id=?1");
   if (!st) return st.error();
   st->bind(1, id).bind(2, scope::now_rfc3339()).bind(3, referrer);
   return step_done(*st, db_, path_, "mark a queued flag published");
@@ -204,7 +227,8 @@ Status Store::flag_published(int64_t id, const std::string& referrer) {
 
 Status Store::flag_publish_failed(int64_t id, const std::string& error, int64_t next_attempt) {
   auto st = prepare(db_, path_,
-                    "UPDATE flag_outbox SET attempts=attempts+1, last_error=?2, next_attempt=?3 WHERE id=?1");
+                    "UPDATE flag_outbox SET attempts=attempts+1, last_error=?2, next_attempt=?3, claimed_until=0, "
+                    "claimed_by='' WHERE id=?1");
   if (!st) return st.error();
   st->bind(1, id).bind(2, error).bind(3, next_attempt);
   return step_done(*st, db_, path_, "record a failed flag publication");

@@ -24,7 +24,7 @@ using json = nlohmann::json;
 
 // The requests the daemon serves (src/moon/server*.cc) and the fields they read.
 const std::vector<std::string> kOps = {
-    "active_flag", "add_approval", "add_signature", "append_events", "approvals_of", "find_by_digest",
+    "active_flag", "add_approval", "add_signature", "append_events", "approvals_of", "claim_queued_flag", "find_by_digest",
     "flag",        "flag_publish_result", "flags", "get", "hello", "keep_manifest", "last_approval", "list",
     "manifest",    "oci_manifest", "pull", "push", "query_events", "queue_run_flag", "queued_flags",
     "received_flag", "run_begin", "run_end", "run_events", "run_flag", "signatures", "status", "unflag"};

@@ -48,17 +48,21 @@ class OciFlags : public ::testing::Test {
     fs::create_directories(t_.path() / "docker");
     pack_ = t_.copy_from_source("tests/fixtures/probe", "probe").string();
   }
-  void start(int port = 0) {
+  void start(int port = 0, bool access_log = false) {
     RegistryServer::Options o;
     o.port = port;
+    o.access_log = access_log;
     ASSERT_EQ(reg_.start(t_.path() / "registry", o), "");
     insecure_ = reg_.address();
   }
+  [[nodiscard]] std::map<std::string, std::string> env_of(const std::string& host) const {
+    return {{"SOYAOS_HOME", (t_.path() / host).string()},
+            {"DOCKER_CONFIG", (t_.path() / "docker").string()},
+            {"SOYAOS_INSECURE_REGISTRIES", insecure_},
+            {"SOYAOS_REGISTRY_BACKOFF_MS", "10"}};
+  }
   RunOutput soyaos(const std::string& host, const std::vector<std::string>& args, bool trace_phases = false) const {
-    std::map<std::string, std::string> env = {{"SOYAOS_HOME", (t_.path() / host).string()},
-                                              {"DOCKER_CONFIG", (t_.path() / "docker").string()},
-                                              {"SOYAOS_INSECURE_REGISTRIES", insecure_},
-                                              {"SOYAOS_REGISTRY_BACKOFF_MS", "10"}};
+    auto env = env_of(host);
     if (trace_phases) env["SOYAOS_TRACE_PHASES"] = "1";
     return run_soyaos(args, env, t_.path());
   }
@@ -246,6 +250,50 @@ TEST_F(OciFlags, FlagIsQueuedWhileTheRegistryIsDownAndPublishedLater) {
   auto later = soyaos("a", {"pack", "inspect", r});
   EXPECT_EQ(later.err.find("published flag"), std::string::npos) << later.err;
   EXPECT_EQ(flag_bodies(digest).size(), 1u);
+}
+
+// Two publishers find the same queued flags at once (two commands of one host here; the
+// client's gate and `moon serve` are the same race, and in this test's daemon. copy both
+// commands claim through the daemon): each flag is claimed by one of them and pushed once,
+// one push at a time per pack version. The registry's access log has one PUT of each
+// flag's referrer manifest (there were up to two before the claim), and the referrers index
+// lists every one (two pushes of one version at once used to lose one).
+TEST_F(OciFlags, TwoPublishersPushEachQueuedFlagOnce) {
+  start(0, /*access_log=*/true);
+  const std::string r = ref("team/probe:0.1.0");
+  const std::string digest = push(r);
+  ASSERT_FALSE(digest.empty());
+  const std::string pulled = (t_.path() / "pulled").string();
+  ASSERT_EQ(soyaos("a", {"pack", "pull", "--approve", r, "-o", pulled}).exit_code, 0);
+  const int port = std::stoi(reg_.address().substr(reg_.address().rfind(':') + 1));
+  reg_.stop();
+  constexpr int kFlags = 3;  // one per run
+  for (int i = 0; i < kFlags; ++i) {
+    auto bad = soyaos("a", {"run", pulled, "--out", (t_.path() / ("o" + std::to_string(i))).string(), "--", "read",
+                            "/etc/shadow"});
+    ASSERT_EQ(bad.exit_code, 3) << bad.err;
+    ASSERT_NE(bad.err.find("stays queued"), std::string::npos) << bad.err;
+  }
+  start(port, /*access_log=*/true);
+  Background other({"pack", "inspect", r}, env_of("a"), t_.path());
+  const auto first = soyaos("a", {"pack", "inspect", r});
+  const auto second = other.finish(60000);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  // A publisher skips a flag while the other pushes one of the same pack version (one push
+  // at a time per referrers index): what both skipped goes with the next command.
+  const auto third = soyaos("a", {"pack", "inspect", r});
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(first.err + second.err + third.err, "published flag of"), kFlags)
+      << first.err << "\n---\n" << second.err << "\n---\n" << third.err;
+  const std::string log = read_file(reg_.access_log());
+  EXPECT_EQ(count(log, "\"PUT /v2/team/probe/manifests/sha256:"), kFlags) << log;
+  EXPECT_EQ(flag_bodies(digest).size(), static_cast<size_t>(kFlags));
 }
 
 // Through a Moon daemon the queue is the daemon's: a flag queued while the registry is down

@@ -63,7 +63,10 @@ std::string RegistryServer::start(const fs::path& dir, const Options& o) {
   const int port = o.port > 0 ? o.port : free_port();
   if (port <= 0) return "no free port";
   address_ = "127.0.0.1:" + std::to_string(port);
-  std::string cfg = "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: " +
+  // The access log goes to the registry's stdout (distribution's CombinedLoggingHandler).
+  access_log_ = o.access_log ? dir / "access.log" : fs::path();
+  std::string cfg = std::string("version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: ") +
+                    (o.access_log ? "false" : "true") + "\nstorage:\n  filesystem:\n    rootdirectory: " +
                     storage_.string() + "\n  delete:\n    enabled: true\nhttp:\n  addr: " + address_ + "\n";
   if (o.tls) {
     ca_ = dir / "ca.pem";
@@ -94,7 +97,7 @@ std::string RegistryServer::start(const fs::path& dir, const Options& o) {
     const std::string log = (dir / "registry.log").string();
     std::FILE* f = std::freopen(log.c_str(), "w", stderr);
     (void)f;
-    (void)std::freopen("/dev/null", "w", stdout);
+    (void)std::freopen(access_log_.empty() ? "/dev/null" : access_log_.c_str(), "w", stdout);
     ::execl("/usr/bin/docker-registry", "docker-registry", "serve", (dir / "config.yml").c_str(), nullptr);
     ::_exit(127);
   }

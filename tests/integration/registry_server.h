@@ -17,6 +17,7 @@ class RegistryServer {
     bool tls = false;
     bool auth = false;  // htpasswd basic auth, user "tester", password kPassword
     int port = 0;       // 0: a free one; else this one (a restart on the same address)
+    bool access_log = false;  // every request, one line each, in access_log() (from this start)
   };
   static constexpr const char* kUser = "tester";
   static constexpr const char* kPassword = "s3cret-pw";
@@ -37,11 +38,13 @@ class RegistryServer {
   [[nodiscard]] const std::filesystem::path& ca_file() const { return ca_; }
   // The registry's storage root (tampering tests modify blobs there).
   [[nodiscard]] const std::filesystem::path& storage() const { return storage_; }
+  // Options::access_log: the combined-format access log (the requests since the last start).
+  [[nodiscard]] const std::filesystem::path& access_log() const { return access_log_; }
 
  private:
   pid_t pid_ = -1;
   std::string address_;
-  std::filesystem::path ca_, storage_;
+  std::filesystem::path ca_, storage_, access_log_;
 };
 
 // A free TCP port on 127.0.0.1 (bound, read and closed: a tiny race is accepted).
