@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/*_fuzzer.cc) with clang, ASan and UBSan in
-# ./build-fuzz and runs each for ${FUZZ_SECONDS:-60} seconds on a copy of its seed corpus
+# ./build-fuzz (or in FUZZ_BUILD_DIR, e.g. build-asan once scripts/sanitize.sh configured it:
+# CI builds the fuzzed libraries once for both) and runs each for ${FUZZ_SECONDS:-60} seconds on a copy of its seed corpus
 # (fuzz/corpus/NAME/, NAME = the target without "_fuzzer"), so the checked-in corpus is
 # never modified, two fuzzers at a time (FUZZ_PARALLEL). Exits non-zero when a fuzzer found a
 # crash, leak, timeout or out-of-memory (its log's tail is printed); the reproducer is left
@@ -16,14 +17,18 @@ SECONDS_PER_FUZZER=${FUZZ_SECONDS:-60}
 JOBS=${FUZZ_JOBS:-1}
 PARALLEL=${FUZZ_PARALLEL:-2}
 # -O1 with line tables: what libFuzzer's documentation builds with; -O2 -g took about twice
-# as long to compile for no gain in a bounded run. NDEBUG as in the release build.
-SAN_FLAGS="-O1 -gline-tables-only -DNDEBUG -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# as long to compile for no gain in a bounded run. NDEBUG as in the release build. The fuzzed
+# libraries add -fsanitize=fuzzer-no-link themselves (fuzz/CMakeLists.txt).
+SAN_FLAGS="-O1 -gline-tables-only -DNDEBUG -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=None -DSOYAOS_WERROR=ON -DSOYAOS_FUZZ=ON \
     -DCMAKE_C_FLAGS="$SAN_FLAGS" -DCMAKE_CXX_FLAGS="$SAN_FLAGS" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+elif ! grep -q '^SOYAOS_FUZZ:BOOL=ON' "$BUILD_DIR/CMakeCache.txt"; then
+  echo "fuzz: $BUILD_DIR is not configured with -DSOYAOS_FUZZ=ON (scripts/sanitize.sh configures build-asan so)" >&2
+  exit 2
 fi
 
 targets=()

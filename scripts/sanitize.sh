@@ -22,8 +22,10 @@ cd "$(dirname "$0")/.."
 if [[ -f build-asan/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang' build-asan/CMakeCache.txt; then
   rm -rf build-asan   # configured with gcc by an older sanitize.sh: the compiler cannot change in place
 fi
+# SOYAOS_FUZZ: the fuzzers are built here too (FUZZ_BUILD_DIR=build-asan scripts/fuzz.sh, as CI
+# does), on the same sanitized libraries: compiled once for both passes.
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSOYAOS_SANITIZE=ON \
-  -DSOYAOS_COMPAT_TESTS=OFF -DCMAKE_CXX_FLAGS_DEBUG="-gline-tables-only" -DCMAKE_C_FLAGS_DEBUG="-gline-tables-only" \
+  -DSOYAOS_FUZZ=ON -DSOYAOS_COMPAT_TESTS=OFF -DCMAKE_CXX_FLAGS_DEBUG="-gline-tables-only" -DCMAKE_C_FLAGS_DEBUG="-gline-tables-only" \
   ${CMAKE_ARGS:-} >/dev/null
 cmake --build build-asan -j2 --target soyaos unit_tests
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
