@@ -72,7 +72,7 @@ for name, _, _, _ in paths:
     print(name, statistics.median(res[name][0]), statistics.median(res[name][1]))
 PY
 # A hit really is a hit (one cache_hit per replay), and a replay is byte-identical.
-hits=$("$SOYAOS" scope query --type cache_hit --limit 0 --format json | wc -l)
+hits=$("$SOYAOS" scope query --type cache_hit --limit 0 --format json 2>/dev/null | wc -l)  # its "cursor: N" goes to stderr
 "$SOYAOS" run --no-cache pack --out cold-out >cold.stdout 2>cold.stderr
 "$SOYAOS" run pack --out hit-out >hit.stdout 2>hit.stderr
 grep -v '^replayed from cache: run ' hit.stderr > hit.stderr.agent  # C10: the replay says so on stderr
