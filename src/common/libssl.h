@@ -5,7 +5,8 @@
 //
 // libssl_lazy.cc defines each libssl function soyaos calls, with the declaration of
 // <openssl/ssl.h> (the compiler checks every signature against it), forwarding to the
-// library's own, resolved once. soyaos itself therefore does not link libssl.so.3; libcrypto
+// library's own. All of them are resolved when the library is loaded (common/dl_library.h),
+// so a libssl that lacks one is refused by load_libssl() itself. soyaos itself therefore does not link libssl.so.3; libcrypto
 // stays linked (digests, certificates, signatures verified).
 //
 // Callers that start TLS call load_libssl() first, in the main thread before any Comet is

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "harness.h"
+#include "patched_library.h"
 
 namespace soyaos::testing {
 namespace {
@@ -491,6 +492,18 @@ TEST_F(CometTest, UnloadableNftablesRefusesTheRunNamingIt) {
   EXPECT_EQ(run.exit_code, 125) << run.err;
   EXPECT_NE(run.err.find("network: cannot load libnftables.so.1 (the libnftables1 package)"), std::string::npos)
       << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "ran"));
+}
+
+// A libnftables that loads but lacks a function of its API: refused, named, nothing ran.
+TEST_F(CometTest, ALibnftablesLackingAFunctionRefusesTheRunNamingIt) {
+  const auto libdir =
+      library_lacking("/lib/x86_64-linux-gnu/libnftables.so.1", "nft_ctx_buffer_error", dir_.path() / "oldlib");
+  auto run = run_soyaos({"run", pack_.string(), "--no-cache", "--out", (dir_.path() / "out").string(), "--",
+                         "write", "/workdir/out/ran"},
+                        {{"LD_LIBRARY_PATH", libdir.string()}}, dir_.path());
+  EXPECT_EQ(run.exit_code, 125) << run.err;
+  EXPECT_NE(run.err.find("nft_ctx_buffer_error"), std::string::npos) << run.err;
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "ran"));
 }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "harness.h"
+#include "patched_library.h"
 
 namespace soyaos::testing {
 namespace {
@@ -273,6 +274,20 @@ TEST_F(SecretsTest, UnloadableLibsslRefusesAnInterceptingRunNamingIt) {
   EXPECT_EQ(r.exit_code, 125) << r.err;
   EXPECT_TRUE(contains(r.err, "TLS interception: cannot load libssl.so.3 (the libssl3 package)")) << r.err;
   EXPECT_FALSE(contains(r.out, "VALUE"));
+}
+
+// A libssl that loads but lacks one function soyaos calls (one libssl does not call itself,
+// so RTLD_NOW alone would not notice): refused before the run starts, naming it — not a
+// run killed in its gateway thread at the function's first call, after its agent started.
+TEST_F(SecretsTest, ALibsslLackingAFunctionRefusesTheRunBeforeItStarts) {
+  const auto libdir = library_lacking("/lib/x86_64-linux-gnu/libssl.so.3", "SSL_set1_host", dir_.path() / "oldlib");
+  auto r = run({"--secret", "API_KEY"}, {{"API_KEY", kValue}, {"LD_LIBRARY_PATH", libdir.string()}});
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_TRUE(contains(r.err, "TLS interception: libssl.so.3 lacks SSL_set1_host (version OPENSSL_3.0.0)")) << r.err;
+  EXPECT_FALSE(contains(r.out, "VALUE"));
+  // Refused before run_started: no run of it is in the Moon (the agent never started).
+  auto started = run_soyaos({"scope", "query", "--type", "run_started", "--format", "json"}, env());
+  EXPECT_EQ(started.out, "") << started.out;
 }
 
 TEST_F(SecretsTest, BadSecretArgumentsAreUsageErrors) {

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dl_library.h"
 #include "common/result.h"
 #include "common/unique_fd.h"
 #include "common/wipe.h"
@@ -24,6 +26,41 @@ TEST(UniqueFd, ClosesOnDestructionAndMoves) {
   }
   EXPECT_EQ(::fcntl(raw, F_GETFD), -1);
   EXPECT_EQ(errno, EBADF);
+}
+
+// Every function resolved at load time, by its symbol version, each missing one named
+// (common/dl_library.h: libssl, libnftables and libcurl are loaded so).
+TEST(DlLibrary, ResolvesEveryFunctionByVersionAndNamesEachMissingOne) {
+  DlLibrary libc("libc.so.6", "libc6", "GLIBC_2.2.5");
+  pid_t (*get_pid)() = nullptr;
+  libc.function("getpid", get_pid);
+  ASSERT_NE(get_pid, nullptr);
+  EXPECT_EQ(get_pid(), ::getpid());
+  EXPECT_EQ(libc.error(), "");
+
+  int (*none)() = nullptr;
+  libc.function("soyaos_no_such_function", none);
+  libc.function("soyaos_nor_this_one", none);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(libc.error(), "libc.so.6 lacks soyaos_no_such_function, soyaos_nor_this_one (version GLIBC_2.2.5)");
+
+  // Present, but not at the version asked for: another ABI than our headers describe.
+  DlLibrary other("libc.so.6", "libc6", "GLIBC_9.99");
+  other.function("getpid", get_pid);
+  EXPECT_EQ(get_pid, nullptr);
+  EXPECT_EQ(other.error(), "libc.so.6 lacks getpid (version GLIBC_9.99)");
+
+  // Unversioned lookups (libcurl's version names its TLS flavour).
+  DlLibrary any("libc.so.6", "libc6", nullptr);
+  any.function("getpid", get_pid);
+  EXPECT_NE(get_pid, nullptr);
+  EXPECT_EQ(any.error(), "");
+
+  DlLibrary absent("libsoyaos-absent.so.7", "soyaos-absent", nullptr);
+  absent.function("anything", none);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(absent.error().rfind("cannot load libsoyaos-absent.so.7 (the soyaos-absent package): ", 0), 0u)
+      << absent.error();
 }
 
 TEST(Result, CarriesErrnoAndContext) {
