@@ -54,7 +54,9 @@ constexpr const char* kPasswordEnv = "SOYAOS_KEY_PASSWORD";
 // The key file's text, read straight into wiped, unswappable pages (an unencrypted minisign
 // key file is the key itself); at most SecretBytes::kMaxBytes (64 KiB).
 Result<SecretBytes> read_key_file(const std::string& file) {
-  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO given by mistake is refused below instead of blocking the open until
+  // a writer comes (a regular file ignores the flag).
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd) return errno_error("open secret key " + file);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errno_error("stat secret key " + file);

@@ -206,7 +206,8 @@ std::string key_id_of(const RawKey& public_key) {
 // Opens an existing key file, refusing one that is not ours alone (it signs the record); its
 // text is read straight into wiped, unswappable pages.
 Result<SecretBytes> read_private_file(const fs::path& p) {
-  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO in its place is refused below, not waited on (regular files ignore it).
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) return errno_error("open " + p.string());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errno_error("stat " + p.string());

@@ -2,6 +2,7 @@
 // SOYAOS_HOME in a temp directory, keys from Debian's minisign (scripts/setup.sh) and from
 // common/minisign.h, and `minisign -V` checking what we signed.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -119,6 +120,13 @@ TEST_F(PackSign, BadInputIsAClearError) {
   EXPECT_NE(r.err.find("secret key"), std::string::npos) << r.err;
   r = soyaos({"pack", "sign", "hello-report@1.0.0"});
   EXPECT_EQ(r.exit_code, 2);
+  // A FIFO (or any file that is not regular) as the key: refused at once, not a read that
+  // waits forever for a writer.
+  ASSERT_EQ(::mkfifo(path("fifo.key").c_str(), 0600), 0);
+  Background fifo({"pack", "sign", "hello-report@1.0.0", "--key", path("fifo.key")}, {{"SOYAOS_HOME", home()}});
+  r = fifo.finish(10000);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
 }
 
 class PackDiff : public PackSign {
