@@ -130,6 +130,7 @@ LoadResult load_pack(const fs::path& pack_dir) {
   text.resize(got);
 
   result = parse_manifest(text, file);
+  result.text = std::move(text);
   if (!result.manifest) return result;
 
   Manifest& m = *result.manifest;

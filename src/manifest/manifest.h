@@ -169,6 +169,9 @@ struct Diagnostic {
 struct LoadResult {
   std::optional<Manifest> manifest;   // set only when there are no errors
   std::vector<Diagnostic> errors;     // all errors found, in file order
+  // load_pack(): the exact bytes that were parsed, which a run records and keeps (E5): read
+  // once, so the manifest recorded is the manifest in force even if the file changes after.
+  std::string text;
 };
 
 // Upper bound on soyapack.yaml's size; larger files are refused before parsing.

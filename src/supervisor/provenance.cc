@@ -116,26 +116,6 @@ Result<json> inputs_record(const std::vector<policy::InputSpec>& inputs) {
   return out;
 }
 
-Result<std::string> read_manifest_text(const fs::path& pack_dir) {
-  const fs::path file = pack_dir / "soyapack.yaml";
-  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd) return errno_error("open " + file.string());
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return errno_error("stat " + file.string());
-  if (!S_ISREG(st.st_mode)) return make_error(file.string() + ": not a regular file");
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_error("read " + file.string());
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > manifest::kMaxManifestBytes) return make_error(file.string() + ": larger than the manifest bound");
-  }
-  return text;
-}
-
 json output_digests(const OutputCapture& captured, bool out_collected, const std::string& out_dir, std::string& error) {
   json tree = nullptr;
   if (out_collected) {

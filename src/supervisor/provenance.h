@@ -32,9 +32,6 @@ nlohmann::ordered_json operator_policy(const policy::OperatorNetwork& network);
 // read now is an error (the run does not start).
 Result<nlohmann::ordered_json> inputs_record(const std::vector<policy::InputSpec>& inputs);
 
-// The pack's soyapack.yaml bytes, as the run read them (the Moon keeps them by digest).
-Result<std::string> read_manifest_text(const std::filesystem::path& pack_dir);
-
 // run_finished's output digests: "stdout" / "stderr" {digest, bytes}, and the
 // /workdir/out tree digest when it was collected (`tree_digest`, null otherwise).
 nlohmann::ordered_json output_digests(const OutputCapture& captured, bool out_collected, const std::string& out_dir,

@@ -207,11 +207,9 @@ RunReport run_pack(const RunRequest& request) {
     report.error = inputs.error().describe();
     return report;
   }
-  auto manifest_text = read_manifest_text(request.pack_dir);
-  if (!manifest_text) {
-    report.error = "manifest: " + manifest_text.error().describe();
-    return report;
-  }
+  // The manifest recorded and kept (E5) is the text that was parsed into the policy in force
+  // (LoadResult::text), not a second read of the file, which could have changed meanwhile.
+  const std::string* manifest_text = &loaded.text;
   trace_phase("policy");
   // Every run gets the network layer, also with `egress: []`: then every attempt is
   // refused by the netns and reported, instead of failing unseen with ENETUNREACH.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "manifest/manifest.h"
 #include "manifest_test_util.h"
@@ -62,6 +63,12 @@ TEST(ManifestLoad, ValidPack) {
   ASSERT_TRUE(IsValid(r));
   EXPECT_EQ(r.manifest->pack_dir, p.dir());
   EXPECT_EQ(r.manifest->file, (p.dir() / "soyapack.yaml").string());
+  // The bytes parsed, which a run records (E5) instead of reading the file a second time.
+  std::ifstream in(p.dir() / "soyapack.yaml", std::ios::binary);
+  const std::string on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(r.text, on_disk);
+  std::ofstream(p.dir() / "soyapack.yaml", std::ios::app) << "# changed after the parse\n";
+  EXPECT_EQ(r.text, on_disk);
 }
 
 TEST(ManifestLoad, DisplayNameIsThePathAsGiven) {
