@@ -362,7 +362,19 @@ Result<UniqueFd> bind_socket(const ServeOptions& opt) {
     return make_error("socket path too long (" + std::to_string(path.native().size()) + " bytes, at most " +
                       std::to_string(sizeof addr.sun_path - 1) + "): " + path.string());
   }
-  std::memcpy(addr.sun_path, path.c_str(), path.native().size());
+  // The socket is bound, given its group and set listening under a temporary name in the
+  // same directory, then linked to `path`: the path appears only once it accepts, so a
+  // client that sees it (a script that waits for the file, then connects) is never refused
+  // in between (ECONNREFUSED between bind and listen).
+  // This process's own name (two daemons starting at once never share one).
+  const std::string pid = std::to_string(::getpid());
+  std::string temp = path.string() + "." + pid;
+  if (temp.size() >= sizeof addr.sun_path) temp = (path.parent_path() / ("." + pid)).string();
+  if (temp.size() >= sizeof addr.sun_path) {
+    return make_error("socket path too long for its temporary name (" + temp + ", at most " +
+                      std::to_string(sizeof addr.sun_path - 1) + " bytes)");
+  }
+  std::memcpy(addr.sun_path, temp.c_str(), temp.size());
   gid_t gid = 0;
   if (!opt.group.empty()) {
     std::vector<char> buf(16384);
@@ -388,6 +400,12 @@ Result<UniqueFd> bind_socket(const ServeOptions& opt) {
   } else if (errno != ENOENT) {
     return errno_error("stat " + path.string());
   }
+  // A temporary socket left by an earlier process of this pid that died before the link:
+  // ours to remove (only a socket; anything else there is refused).
+  if (::lstat(temp.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return make_error(temp + " exists and is not a socket: refusing to replace it");
+    if (::unlink(temp.c_str()) != 0) return errno_error("remove the stale socket " + temp);
+  }
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -398,19 +416,28 @@ Result<UniqueFd> bind_socket(const ServeOptions& opt) {
   const int b = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   const int bind_errno = errno;
   ::umask(old);
-  if (b != 0) return make_error("bind " + path.string(), bind_errno);
+  if (b != 0) return make_error("bind " + temp, bind_errno);
   if (!opt.group.empty()) {
-    if (::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0 || ::chmod(path.c_str(), 0660) != 0) {
-      Error e = errno_error("give " + path.string() + " to group " + opt.group);
-      (void)::unlink(path.c_str());
+    if (::chown(temp.c_str(), static_cast<uid_t>(-1), gid) != 0 || ::chmod(temp.c_str(), 0660) != 0) {
+      Error e = errno_error("give " + temp + " to group " + opt.group);
+      (void)::unlink(temp.c_str());
       return e;
     }
   }
   if (::listen(fd.get(), 128) != 0) {
-    Error e = errno_error("listen " + path.string());
-    (void)::unlink(path.c_str());
+    Error e = errno_error("listen " + temp);
+    (void)::unlink(temp.c_str());
     return e;
   }
+  // link(), not rename(): it never replaces a socket that another daemon put there since
+  // the check above (EEXIST), as bind() on the path itself refused to.
+  if (::link(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    (void)::unlink(temp.c_str());
+    if (err == EEXIST) return make_error("another Moon daemon took " + path.string() + " meanwhile", err);
+    return make_error("link " + temp + " to " + path.string(), err);
+  }
+  (void)::unlink(temp.c_str());
   return fd;
 }
 
