@@ -224,13 +224,29 @@ namespace {
 // caller fails closed.
 std::optional<std::string> resolve(const Notification& n, AgentView& view, const policy::Policy& policy,
                                    const std::string& path, bool follow_final) {
+  // `resolved` and `prefix` (its components joined, "/a/b") change together: the candidate
+  // of each component is prefix + "/" + c, one copy, not a join of every component again
+  // (a path 600 directories deep made each syscall quadratic in its depth).
   std::vector<std::string> resolved;
+  std::string prefix;
+  auto push = [&](const std::string& c) {
+    prefix += '/';
+    prefix += c;
+    resolved.push_back(c);
+  };
+  auto pop = [&] {
+    prefix.resize(prefix.size() - resolved.back().size() - 1);
+    resolved.pop_back();
+  };
   std::vector<std::string> pending = split(path);
   std::reverse(pending.begin(), pending.end());  // a stack: next component at the back
   int hops = 0;
   auto push_target = [&](const std::string& target) {
     auto parts = split(target);
-    if (!target.empty() && target[0] == '/') resolved.clear();
+    if (!target.empty() && target[0] == '/') {
+      resolved.clear();
+      prefix.clear();
+    }
     for (auto it = parts.rbegin(); it != parts.rend(); ++it) pending.push_back(*it);
     ++hops;
   };
@@ -239,12 +255,12 @@ std::optional<std::string> resolve(const Notification& n, AgentView& view, const
     pending.pop_back();
     if (c == ".") continue;
     if (c == "..") {
-      if (!resolved.empty()) resolved.pop_back();
+      if (!resolved.empty()) pop();
       continue;
     }
     const bool last = pending.empty();
     if (hops > kMaxLinkHops) {
-      resolved.push_back(c);
+      push(c);
       continue;
     }
     // /proc/<self|thread-self|N>[/task/N]/<magic>
@@ -256,7 +272,7 @@ std::optional<std::string> resolve(const Notification& n, AgentView& view, const
       if (c == "fd") {
         std::string num = pending.back();
         if (!all_digits(num)) {
-          resolved.push_back(c);
+          push(c);
           continue;
         }
         pending.pop_back();
@@ -272,7 +288,7 @@ std::optional<std::string> resolve(const Notification& n, AgentView& view, const
       push_target(*target);
       continue;
     }
-    std::string candidate = join(resolved, 0) + "/" + c;
+    std::string candidate = prefix + "/" + c;
     bool trusted = covered_by(policy.fs.runtime, candidate) && !path_covers("/dev", candidate) &&
                    !path_covers("/proc", candidate);
     // A component longer than NAME_MAX fails in the kernel too (ENAMETOOLONG, no access).
@@ -286,10 +302,9 @@ std::optional<std::string> resolve(const Notification& n, AgentView& view, const
       // relative to a directory) may reach it: we cannot tell where it leads.
       if (link.error().err == ENAMETOOLONG) return std::nullopt;
     }
-    resolved.push_back(c);
+    push(c);
   }
-  std::string out = join(resolved, 0);
-  return out.empty() ? "/" : out;
+  return prefix.empty() ? "/" : prefix;
 }
 
 // /proc/PID/{mountinfo,mounts,mountstats} name the host path of every bind mount's source
