@@ -18,6 +18,7 @@
 
 #include "manifest/manifest.h"
 #include "manifest/manifest_edit.h"
+#include "manifest/rules.h"
 #include "manifest/yaml_tree.h"
 
 namespace {
@@ -101,7 +102,10 @@ ManifestAdditions additions(std::string_view spec, Wanted& want) {
       const size_t b = a == std::string::npos ? a : rest.find(' ', a + 1);
       if (b == std::string::npos) continue;
       EgressEntry e;
-      e.host = rest.substr(0, a);
+      const std::string host = rest.substr(0, a);
+      // The manifest holds the host as the parser normalises it (A.Test -> a.test, [::1] -> ::1):
+      // that is the form the edited manifest must contain. A host it refuses fails the edit.
+      const auto normal = detail::normalise_host(host, /*allow_wildcard=*/true);
       const std::string port = rest.substr(a + 1, b - a - 1);
       auto proto = protocol_from_string(rest.substr(b + 1));
       if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || !proto) {
@@ -111,7 +115,8 @@ ManifestAdditions additions(std::string_view spec, Wanted& want) {
       if (p == 0 || p > 65535) continue;
       e.port = static_cast<uint16_t>(p);
       e.protocol = *proto;
-      add.egress.push_back({"{host: " + yaml_scalar(e.host) + ", port: " + port + ", protocol: " +
+      e.host = normal ? *normal : host;
+      add.egress.push_back({"{host: " + yaml_scalar(host) + ", port: " + port + ", protocol: " +
                                 to_string(e.protocol) + "}",
                             "fuzz: " + rest});
       want.egress.push_back(e);
