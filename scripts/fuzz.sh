@@ -57,6 +57,14 @@ run_one() {
   else
     tail -n 60 "$log" >&2
     echo "fuzz: $target FAILED; reproducer in $artifacts/, log $log" >&2
+    # A CI machine's files are gone after the run: its log is all that is left, so the
+    # reproducer is printed there too (base64; decode with `base64 -d > crash`).
+    local unit
+    unit=$(grep -o "Test unit written to [^ ]*" "$log" | tail -n 1 | sed 's/^Test unit written to //')
+    if [[ -n "$unit" && -f "$unit" && $(stat -c %s "$unit") -le 16384 ]]; then
+      echo "fuzz: $target reproducer ($(stat -c %s "$unit") bytes), base64:" >&2
+      base64 -w 100 "$unit" >&2
+    fi
     return 1
   fi
 }
