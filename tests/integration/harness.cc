@@ -74,6 +74,8 @@ void drain(int out_fd, int err_fd, std::string& out, std::string& err) {
   }
 }
 
+}  // namespace
+
 // A world-readable copy of the binary for rootless runs (the build tree may sit under a
 // directory nobody cannot traverse).
 std::string rootless_binary() {
@@ -92,6 +94,8 @@ std::string rootless_binary() {
   }();
   return path;
 }
+
+namespace {
 
 // Each test process gets its own Moon home (SOYAOS_HOME), world-writable so that a
 // rootless soyaos can use it too, removed when the process ends. A test that sets

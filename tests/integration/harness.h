@@ -62,6 +62,10 @@ class Background {
 // setpriv, using a world-readable copy of the binary.
 bool rootless_mode();
 
+// The copy of soyaos_binary() that nobody may execute (the build tree may sit under a
+// directory nobody cannot traverse): what a rootless command runs.
+std::string rootless_binary();
+
 // The soyaos binary under test: $SOYAOS_TEST_BIN when set (scripts/sanitize.sh points the
 // suite's test programs at the ASan+UBSan build of soyaos), else the one built beside them.
 const std::string& soyaos_binary();

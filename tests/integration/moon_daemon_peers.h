@@ -1,6 +1,7 @@
 // Helpers of the Moon daemon tests (moon_daemon_test.cc): a real
 // `soyaos moon serve` child, a raw client of the wire protocol (moon/wire.h) for requests
 // `soyaos` never sends, and that client run as nobody (uid 65534) against a root daemon.
+// In rootless mode the daemon itself runs as nobody.
 #pragma once
 
 #include <fcntl.h>
@@ -47,7 +48,9 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
   ~Daemon() { kill(SIGKILL); }
 
-  // Starts `soyaos moon serve ARGS...` with SOYAOS_HOME=home; stderr goes to `log`.
+  // Starts `soyaos moon serve ARGS...` with SOYAOS_HOME=home; stderr goes to `log`. In
+  // rootless mode (the `rootless.` copies) the daemon runs as nobody, like the clients
+  // run_soyaos starts: setpriv exec()s it, so pid() is the daemon's own.
   void start(const std::string& home, const std::vector<std::string>& args, const std::filesystem::path& log) {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -56,7 +59,13 @@ class Daemon {
       env.push_back(s);
     }
     env.push_back("SOYAOS_HOME=" + home);
-    std::vector<std::string> argv = {soyaos_binary(), "moon", "serve"};
+    std::vector<std::string> argv;
+    if (rootless_mode()) {
+      argv = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", rootless_binary()};
+    } else {
+      argv = {soyaos_binary()};
+    }
+    argv.insert(argv.end(), {"moon", "serve"});
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = ::fork();
     ASSERT_GE(pid_, 0);

@@ -91,6 +91,8 @@ class MoonDaemon : public ::testing::Test {
     for (const auto& l : lines(r.out)) out.push_back(json::parse(l));
     return out;
   }
+  // The uid of the client commands (and of the daemon): nobody's in rootless mode.
+  static int64_t client_uid() { return rootless_mode() ? 65534 : static_cast<int64_t>(::getuid()); }
   static std::string run_id_of(const RunOutput& r) {
     auto pos = r.err.find("soyaos: run ");
     return pos == std::string::npos ? "" : r.err.substr(pos + 12, 26);
@@ -204,8 +206,8 @@ TEST_F(MoonDaemon, ARunsEventsAndFlagGoThroughTheDaemon) {
   EXPECT_EQ(events[1]["type"], "pack_flagged");  // raised at once (flag first), by this run
   EXPECT_EQ(events[2]["type"], "capability_violation");
   // The daemon, not the client, attributes the run's events (E5): the peer's uid.
-  EXPECT_EQ(events[0]["soyaosuid"], static_cast<int64_t>(::getuid()));
-  EXPECT_EQ(events[2]["soyaosuid"], static_cast<int64_t>(::getuid()));
+  EXPECT_EQ(events[0]["soyaosuid"], client_uid());
+  EXPECT_EQ(events[2]["soyaosuid"], client_uid());
   EXPECT_EQ(events[2]["data"]["resource"], "/etc/shadow");
   EXPECT_EQ(events[3]["type"], "run_finished");
   // ... and stored in the daemon's home: the embedded Moon of that home sees them too.
@@ -228,7 +230,7 @@ TEST_F(MoonDaemon, ARunsEventsAndFlagGoThroughTheDaemon) {
   EXPECT_EQ(u.out, "unflagged  comet-probe@0.1.0  (1 flag cleared)\n") << u.err;
   auto un = stored({"--type", "pack_unflagged"});
   ASSERT_EQ(un.size(), 1u);
-  EXPECT_EQ(un[0]["data"]["actor"]["uid"], static_cast<int64_t>(::getuid()));
+  EXPECT_EQ(un[0]["data"]["actor"]["uid"], client_uid());
   EXPECT_EQ(un[0]["data"]["reason"], "daemon test");
   EXPECT_EQ(run(pack.string(), {"exit", "0"}).err.find("is flagged"), std::string::npos);
   // NAME@VERSION from the daemon's registry (extracted into the client's run cache).
@@ -435,7 +437,9 @@ TEST_F(MoonDaemon, ADaemonThatDiesDuringARun) {
 }
 
 TEST_F(MoonDaemon, GroupMakesTheSocket0660) {
-  group* g = ::getgrgid(::getegid());
+  // A group the daemon's user is in: its own egid (nogroup for the rootless daemon).
+  const gid_t gid = rootless_mode() ? 65534 : ::getegid();
+  group* g = ::getgrgid(gid);
   ASSERT_NE(g, nullptr);
   const std::string name = g->gr_name;
   const std::string sock = (dir_.path() / "group.sock").string();
@@ -445,7 +449,7 @@ TEST_F(MoonDaemon, GroupMakesTheSocket0660) {
   struct stat st {};
   ASSERT_EQ(::lstat(sock.c_str(), &st), 0) << read_file(dir_.path() / "group.log");
   EXPECT_EQ(st.st_mode & 07777, 0660u);
-  EXPECT_EQ(st.st_gid, ::getegid());
+  EXPECT_EQ(st.st_gid, gid);
   d.kill(SIGTERM);
   EXPECT_EQ(d.wait(15), 0);
   Daemon bad;
