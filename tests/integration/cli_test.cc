@@ -92,6 +92,9 @@ TEST_F(CliRunTest, ANonEmptyOutIsRefusedBeforeAnythingRuns) {
   dir_.write("a-file", "x");
   EXPECT_EQ(soyaos({"run", pack_.string(), "--out", (dir_.path() / "a-file").string()}).exit_code, 2);
   fs::create_directory(dir_.path() / "empty");
+  // This process may be root while soyaos runs as nobody (the rootless copy): an --out made
+  // here must be writable by whoever runs soyaos, like the TempDir it sits in.
+  fs::permissions(dir_.path() / "empty", fs::perms::all);
   auto ok = soyaos({"run", pack_.string(), "--out", (dir_.path() / "empty").string(), "--", "write",
                     "/workdir/out/new.txt"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
