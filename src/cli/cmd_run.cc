@@ -335,8 +335,13 @@ void run(const RunArgs& a, CliContext& ctx) {
   auto report = supervisor::run_pack(req);
   cache.store(report);  // result cache: after the run's events are stored
   trace_phase("cache_store");
-  if (!report.error.empty()) {
-    // Several lines for an invalid manifest (one file:line:column diagnostic per line).
+  if (!loaded.manifest) {
+    // run_pack's error for an invalid manifest is made of Diagnostic::format() lines, which
+    // are escaped already: printed as they are (escaping them again doubled every
+    // backslash), one diagnostic a line like `pack validate`.
+    std::fprintf(stderr, "soyaos: invalid manifest:\n");
+    for (const auto& d : loaded.errors) std::fprintf(stderr, "  %s\n", d.format().c_str());
+  } else if (!report.error.empty()) {
     std::fprintf(stderr, "soyaos: %s\n", escape_lines_for_terminal(report.error).c_str());
   }
   for (const auto& s : report.outputs.skipped) {
