@@ -22,6 +22,17 @@ std::chrono::milliseconds store_deadline() {
   return std::chrono::milliseconds(ms);
 }
 
+namespace {
+
+// "120 s", or "300 ms" for a deadline under a second (SOYAOS_MOON_STORE_DEADLINE_MS).
+std::string deadline_text() {
+  const auto d = store_deadline();
+  if (d < std::chrono::seconds(1)) return std::to_string(d.count()) + " ms";
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count()) + " s";
+}
+
+}  // namespace
+
 RunRecorder::RunRecorder(std::unique_ptr<MoonBackend> moon, scope::RunContext ctx)
     : moon_(std::move(moon)), ctx_(std::move(ctx)), writer_([this] { loop(); }) {}
 
@@ -79,7 +90,7 @@ Status RunRecorder::wait_durable() {
   if (flag_pending_) what += " and the flag of " + ctx_.pack + "@" + ctx_.version;
   what += " could not be stored in the Moon";
   if (!fatal_) {
-    what += " within " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(store_deadline()).count()) + " s";
+    what += " within " + deadline_text();
   }
   if (last_error_) what += ": " + last_error_->describe();
   return make_error(what, last_error_ ? last_error_->err : 0);
@@ -105,11 +116,13 @@ Status RunRecorder::call(const std::function<Status(MoonBackend&)>& fn) {
   std::lock_guard one(call_mu_);
   Call c{&fn, std::nullopt};
   std::unique_lock lock(mu_);
-  if (stop_ || fatal_) {
+  // Under mu_: why the writer will not take a call (it stopped, or gave up on the Moon).
+  auto stopped = [&] {
     return make_error("run " + ctx_.run_id + ": the Moon's writer has stopped" +
                           (last_error_ ? ": " + last_error_->describe() : std::string()),
                       last_error_ ? last_error_->err : 0);
-  }
+  };
+  if (stop_ || fatal_) return stopped();
   call_ = &c;
   urgent_ = true;  // no group-commit wait: the caller is waiting
   work_cv_.notify_one();
@@ -118,9 +131,10 @@ Status RunRecorder::call(const std::function<Status(MoonBackend&)>& fn) {
   // Taken: the writer runs it to the end (a bounded Moon operation) and c lives until then.
   done_cv_.wait(lock, [&] { return calling_ != &c; });
   if (c.result) return *c.result;
-  return make_error("run " + ctx_.run_id + ": the Moon's writer did not take the request within " +
-                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(store_deadline()).count()) +
-                        " s" + (last_error_ ? ": " + last_error_->describe() : std::string()),
+  // Woken by a fatal error before the deadline: that error, not a deadline never reached.
+  if (stop_ || fatal_) return stopped();
+  return make_error("run " + ctx_.run_id + ": the Moon's writer did not take the request within " + deadline_text() +
+                        (last_error_ ? ": " + last_error_->describe() : std::string()),
                     last_error_ ? last_error_->err : 0);
 }
 

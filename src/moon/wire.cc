@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace soyaos::moon::wire {
 
@@ -164,9 +165,18 @@ Error reply_error(const json& reply) {
   std::string msg = reply.contains("error") && reply["error"].is_string() ? reply["error"].get<std::string>()
                                                                           : "the Moon daemon refused the request";
   int err = reply.contains("errno") && reply["errno"].is_number_integer() ? reply["errno"].get<int>() : 0;
-  // The message already carries strerror (describe()): keep errno 0 so it is not repeated.
-  (void)err;
-  return make_error(std::move(msg));
+  if (err < 0 || err > 4095) err = 0;  // not an errno value
+  // errno is kept: a caller tells a refusal (EPERM, EEXIST: the RunRecorder gives up at
+  // once) from a failure worth retrying, as with the embedded Moon. The message already
+  // ends with its strerror (error_reply sends describe()): cut there, so that describe()
+  // does not say it twice.
+  if (err != 0) {
+    const std::string suffix = std::string(": ") + std::strerror(err);
+    if (msg.size() >= suffix.size() && msg.compare(msg.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      msg.resize(msg.size() - suffix.size());
+    }
+  }
+  return make_error(std::move(msg), err);
 }
 
 }  // namespace soyaos::moon::wire
