@@ -1,5 +1,5 @@
 // How moon.db's SQL is run and its errors are worded, shared by every file of the Store
-// (store.cc, store_consent.cc, store_flags.cc): one wording, one corruption diagnosis
+// (store.cc, store_consent.cc, store_flags.cc, store_query.cc): one wording, one corruption diagnosis
 // (PRAGMA quick_check named in the error), one way to read rows.
 #pragma once
 
