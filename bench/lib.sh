@@ -1,5 +1,5 @@
 # Shared by the shell benchmarks (bench/egress_bench.sh, bench/secrets.sh, bench/concurrent.sh,
-# bench/daemon_commit.sh, bench/startup_guard.sh): sourced, not run.
+# bench/daemon_commit.sh, bench/startup_guard.sh, bench/instructions.sh): sourced, not run.
 # Sets SOYAOS (the binary; override with SOYAOS=...), PY (the host's Debian python3), `work`
 # (a fresh 0755 temporary directory named after NAME) and `pids` (background servers, killed
 # with the directory removed on exit), and defines

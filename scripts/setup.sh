@@ -15,6 +15,7 @@ PACKAGES=(
   python3-requests python3-httpx python3-dev  # tests/compat: clients, a C extension's headers
   clang libclang-rt-14-dev  # libFuzzer and sanitizers
   bubblewrap hyperfine      # benchmark peers
+  valgrind                  # bench/instructions.sh (callgrind instruction counts)
   libcurl4-openssl-dev      # the OCI registry client (src/oci)
   docker-registry apache2-utils skopeo  # tests: a real registry, htpasswd, interop
   minisign                  # interop tests of pack signatures (src/common/minisign.h)
