@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/text.h"
 #include "common/unique_fd.h"
 #include "moon/archive.h"
 #include "moon/backend.h"
@@ -136,10 +137,13 @@ Result<json> do_push(Shared& sh, MoonBackend& moon, wire::Conn& conn, const json
   if (!peer.known) return make_error("push: the client's credentials (SO_PEERCRED) are unknown");
   auto r = moon.push(dir, actor_for_uid(peer.uid));
   if (!r) return r.error();
-  // Diagnostics name the file as the client knows it.
-  const std::string shown = req_str(req, "dir");
+  // Diagnostics name the file as the client knows it. They are escaped for a terminal
+  // (Diagnostic::format()), so the client's path is too, exactly once, as the embedded
+  // Moon's diagnostics show it: a pack directory named with an ESC or a newline.
+  const std::string shown = escape_for_terminal(req_str(req, "dir"));
+  const std::string ours = escape_for_terminal(dir.string());
   for (auto& d : r->diagnostics) {
-    if (d.rfind(dir.string(), 0) == 0) d = shown + d.substr(dir.string().size());
+    if (d.rfind(ours, 0) == 0) d = shown + d.substr(ours.size());
   }
   if (r->outcome == PushOutcome::pushed) {
     sh.log("push " + r->pack.name + "@" + r->pack.version + " " + r->pack.digest + " by " + peer.str());

@@ -171,6 +171,15 @@ TEST_F(MoonDaemon, PushListInspectPullThroughTheDaemon) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find((dir_.path() / "bad" / "soyapack.yaml").string()), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("refused: the manifest is invalid"), std::string::npos) << r.err;
+  // A directory whose name holds an ESC and a newline: named escaped once, as the embedded
+  // Moon names it (the diagnostics are escaped; the client's path put in front of them too).
+  const std::string hostile = "bad\x1b[2J\nsoyaos: ok";
+  dir_.write(hostile + "/soyapack.yaml", "soyapack: v0\nname: demo\n");
+  r = soyaos({"pack", "push", (dir_.path() / hostile).string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((dir_.path() / "bad\\x1B[2J\\nsoyaos: ok" / "soyapack.yaml").string() + ":"), std::string::npos)
+      << r.err;
   EXPECT_NE(soyaos({"pack", "inspect", "nope@1.0.0"}).err.find("nope@1.0.0 is not in the registry"), std::string::npos);
 
   // A tampered blob: the client checks the digest of what the daemon sends.
