@@ -152,7 +152,10 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
   r.stop_signal = report.outcome.stop_signal;
   if (run.never_ran) {
     r.not_started = report.exit_code == supervisor::kExitSetup;
-    r.reason = report.error.empty() ? run.error : "the Comet could not start: " + run.error;
+    // A reason is for people, and quotes what the pack chose: escaped like a violation's
+    // resource (violation_text), in the text and the JSON alike.
+    r.reason = report.error.empty() ? escape_for_terminal(run.error)
+                                    : "the Comet could not start: " + escape_for_terminal(run.error);
     return r;
   }
 
@@ -168,7 +171,7 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
 
   const int expected = ex.expect.exit_code.value_or(0);
   std::vector<std::string> reasons;
-  if (!report.error.empty()) reasons.push_back(report.error);
+  if (!report.error.empty()) reasons.push_back(escape_for_terminal(report.error));
   if (report.violation_count > 0 && expected != supervisor::kExitViolation) {
     reasons.push_back("capability violation: " + violation_text(report.violations.front()) +
                       (report.violation_count > 1
@@ -180,14 +183,14 @@ ExampleResult run_example(const manifest::Manifest& m, const manifest::Example& 
     reasons.push_back(why + ", expected " + std::to_string(expected));
   }
   if (ex.expect.stdout_contains && report.captured.out.find(*ex.expect.stdout_contains) == std::string::npos) {
-    reasons.push_back("stdout lacks \"" + *ex.expect.stdout_contains + "\"");
+    reasons.push_back("stdout lacks \"" + escape_for_terminal(*ex.expect.stdout_contains) + "\"");
   }
   for (const auto& o : ex.expect.outputs) {
     fs::path rel = fs::path(o).lexically_normal();
     bool inside = !rel.empty() && rel.is_relative() && *rel.begin() != "..";
     const bool collected =
         inside && std::find(outputs.begin(), outputs.end(), std::string(kOut) + "/" + rel.generic_string()) != outputs.end();
-    if (!collected) reasons.push_back("missing output " + o);
+    if (!collected) reasons.push_back("missing output " + escape_for_terminal(o));
   }
   for (size_t i = 0; i < reasons.size(); ++i) r.reason += (i == 0 ? "" : "; ") + reasons[i];
   r.passed = reasons.empty();
@@ -568,7 +571,7 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
     std::string out = std::to_string(passed) + " passed, " + std::to_string(failed) + " failed\n";
     if (!not_exercised.empty()) {
       out += std::string(a.strict ? "error" : "warning") + ": capabilities not exercised by any example: ";
-      for (size_t i = 0; i < not_exercised.size(); ++i) out += (i == 0 ? "" : ", ") + not_exercised[i];
+      for (size_t i = 0; i < not_exercised.size(); ++i) out += (i == 0 ? "" : ", ") + escape_for_terminal(not_exercised[i]);
       out += "\n";
     }
     if (!print(out)) return 1;

@@ -104,6 +104,20 @@ TEST_F(PackTestTest, EachFailureNamesItsReasonAndShowsStderr) {
   EXPECT_LT(o.find("wrong-stdout"), o.find("wrong-exit"));
 }
 
+// What a hostile pack's expectations quote (stdout_contains, an output's name, a declared
+// path no example exercised) reaches the reviewer's terminal escaped (E7), once.
+TEST_F(PackTestTest, AHostilePacksExpectationsAreEscapedInTheReport) {
+  auto pack = write_pack("pt-hostile", ", \"/workdir/out/w\\e[2J\"", "",
+                         "  - name: hostile\n    args: [ok]\n"
+                         "    expect: {stdout_contains: \"\\e[2Jall good\\n\", outputs: [\"r\\e[31m.txt\"]}\n");
+  auto r = soyaos({"pack", "test", pack});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ((r.out + r.err).find('\x1b'), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("stdout lacks \"\\x1B[2Jall good\\n\"; missing output r\\x1B[31m.txt\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("capabilities.fs.write[1] /workdir/out/w\\x1B[2J"), std::string::npos) << r.out;
+}
+
 TEST_F(PackTestTest, JsonShapeAndStoredEvents) {
   auto r = soyaos({"pack", "test", cases_pack(), "--format", "json"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
