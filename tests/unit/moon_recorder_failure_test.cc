@@ -60,6 +60,13 @@ class Gate {
   bool open_ = false;
 };
 
+// Opens a gate when it dies: declared after the recorder, so a failed assertion cannot
+// leave the recorder's writer waiting for a reply the gate holds back (a hang, not a failure).
+struct OpenOnExit {
+  Gate& gate;
+  ~OpenOnExit() { gate.open(); }
+};
+
 // A daemon that answers `hello` itself and every other request with handler(request): a
 // reply object, or nullopt to close the connection without one.
 class ScriptedDaemon {
@@ -193,6 +200,7 @@ TEST_F(RecorderCall, AWriterThatCannotTakeTheCallInTimeIsAClearErrorAndLosesNoth
     return ok();
   });
   RunRecorder rec(connect(), kCtx);
+  const OpenOnExit release{begin};
   const scope::Event started = fmt_.make("run_started", {{"host", "h"}});
   rec.push(started);
   ASSERT_TRUE(daemon.saw("run_begin"));
@@ -248,6 +256,7 @@ TEST_F(RecorderCall, AFatalRefusalEndsACallAtOnceWithItsCause) {
     return ok();
   });
   RunRecorder rec(connect(), kCtx);
+  const OpenOnExit release{begin};
   rec.push(fmt_.make("run_started", {{"host", "h"}}));
   ASSERT_TRUE(daemon.saw("run_begin"));
   // The refusal comes while the call waits (or, on a slow machine, before it was queued:
