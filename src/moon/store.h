@@ -26,7 +26,7 @@ struct sqlite3;
 namespace soyaos::moon {
 
 // Schema version kept in PRAGMA user_version. A database from a newer soyaos is refused.
-inline constexpr int kSchemaVersion = 8;
+inline constexpr int kSchemaVersion = 9;
 
 namespace chain {
 class MoonKey;

@@ -2,6 +2,8 @@
 // processes at once without a loss, corrupt files named in the error.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -248,6 +250,66 @@ TEST(MoonStore, DigestAndUserQueriesUseTheirIndexes) {
   ASSERT_TRUE(mine);
   ASSERT_EQ(mine->size(), 3U) << "R1's two events and the unflag alice did";
   EXPECT_EQ((*mine)[2].type, "pack_unflagged");
+}
+
+// Schema 9 (issue #16): events_actor_uid holds only events that have an actor. A home made
+// by schema 8 (the full index) is upgraded in place when this soyaos opens it; `--user`
+// still finds the same events, through the same indexes.
+TEST(MoonStore, SchemaEightUpgradesToAPartialActorIndex) {
+  TmpDir t;
+  json started = event("run_started", "R1", "alpha");
+  started["data"]["user"] = {{"uid", 1000}, {"name", "alice"}};
+  json unflagged = event("pack_unflagged", "", "alpha");
+  unflagged["data"]["actor"] = {{"uid", 1000}, {"user", "alice"}};
+  {
+    auto store = Store::open(t.path());
+    ASSERT_TRUE(store) << store.error().describe();
+    ASSERT_TRUE(store->append_events(std::vector<json>{started, event("dns_query", "R1", "alpha"), unflagged}));
+  }
+  const std::string db_path = (t.path() / "moon.db").string();
+  auto index_sql = [&]() {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT sql FROM sqlite_master WHERE name='events_actor_uid'", -1, &st, nullptr),
+              SQLITE_OK);
+    std::string sql;
+    if (sqlite3_step(st) == SQLITE_ROW) sql = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return sql;
+  };
+  EXPECT_NE(index_sql().find("IS NOT NULL"), std::string::npos) << index_sql();
+  {
+    // Back to what schema 8 had: the full index, user_version 8.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+    const char* sql =
+        "DROP INDEX events_actor_uid;"
+        "CREATE INDEX events_actor_uid ON events (CAST(json_extract(json, '$.data.actor.uid') AS TEXT));"
+        "PRAGMA user_version=8;";
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  EXPECT_EQ(index_sql().find("IS NOT NULL"), std::string::npos) << index_sql();
+  auto store = Store::open(t.path());
+  ASSERT_TRUE(store) << store.error().describe();
+  EXPECT_NE(index_sql().find("IS NOT NULL"), std::string::npos) << index_sql();
+  ASSERT_TRUE(store->append_events(std::vector<json>{event("run_finished", "R1", "alpha")}));
+  EventQuery q;
+  q.uid = 1000;
+  auto plan = store->explain_query(q);
+  ASSERT_TRUE(plan) << plan.error().describe();
+  std::string text;
+  for (const auto& line : *plan) text += line + "\n";
+  EXPECT_NE(text.find("USING INDEX events_actor_uid"), std::string::npos) << text;
+  EXPECT_EQ(text.find("SCAN events"), std::string::npos) << text;
+  auto mine = store->query_events(q);
+  ASSERT_TRUE(mine);
+  ASSERT_EQ(mine->size(), 4U) << "R1's three events and the unflag alice did";
+  EXPECT_EQ((*mine)[2].type, "pack_unflagged");
+  q.uid = 1001;
+  EXPECT_TRUE(store->query_events(q)->empty());
 }
 
 // C12: a queued flag is claimed by one publisher at a time (schema 8): one UPDATE decides,
