@@ -1,12 +1,16 @@
 #include "scope/events.h"
+#include "scope/rfc3339.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -20,6 +24,67 @@ void random_bytes(uint8_t* buf, size_t n) {
     ssize_t r = ::getrandom(buf + got, n - got, 0);
     if (r > 0) got += static_cast<size_t>(r);
   }
+}
+
+// The random bytes of event ids, taken from a per-thread pool that one getrandom() fills
+// with 4 KiB (256 ids) instead of one system call per event (issue #16: the gateway
+// emits an event per connection and more). The ids stay as random as before: every byte
+// comes from the kernel's CSPRNG, used once, and wiped from the pool when taken. The pool
+// is a page of its own marked MADV_WIPEONFORK, so a process forked or cloned from this one
+// (clone3 runs no atfork handlers) finds it zeroed, reads "empty" and refills it: a child
+// never repeats its parent's ids. Where the page cannot be had, each id calls getrandom.
+class IdPool {
+ public:
+  IdPool() {
+    void* p = ::mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    if (::madvise(p, sizeof(Page), MADV_WIPEONFORK) != 0) {
+      ::munmap(p, sizeof(Page));
+      return;
+    }
+    page_ = static_cast<Page*>(p);
+  }
+  ~IdPool() {
+    if (page_ != nullptr) ::munmap(page_, sizeof(Page));
+  }
+  IdPool(const IdPool&) = delete;
+  IdPool& operator=(const IdPool&) = delete;
+
+  void take(uint8_t* out, size_t n) {
+    if (page_ == nullptr || n > sizeof(page_->bytes)) {
+      random_bytes(out, n);
+      return;
+    }
+    // `left` is 0 in a new page and in a forked child's (wiped): refill. The first fill is
+    // small (a process that makes one or two ids, a cache hit, does not pay for 4 KiB of
+    // CSPRNG output), each later one four times larger, up to the page.
+    if (page_->left < n) {
+      fill_ = std::min(sizeof(page_->bytes), std::max(fill_ * 4, kFirstFill));
+      random_bytes(page_->bytes, fill_);
+      page_->filled = fill_;
+      page_->left = fill_;
+    }
+    uint8_t* from = page_->bytes + (page_->filled - page_->left);
+    std::memcpy(out, from, n);
+    std::memset(from, 0, n);
+    page_->left -= n;
+  }
+
+ private:
+  static constexpr size_t kFirstFill = 64;
+  struct Page {
+    size_t filled;  // bytes of `bytes` the last refill wrote
+    size_t left;    // of them, not yet taken (at the end)
+    uint8_t bytes[4096 - 2 * sizeof(size_t)];
+  };
+  static_assert(sizeof(Page) == 4096);
+  Page* page_ = nullptr;
+  size_t fill_ = 0;
+};
+
+void random_id_bytes(uint8_t* out, size_t n) {
+  thread_local IdPool pool;
+  pool.take(out, n);
 }
 
 Status write_all(int fd, const std::string& line) {
@@ -37,28 +102,82 @@ Status write_all(int fd, const std::string& line) {
 
 }  // namespace
 
+std::string format_rfc3339(int64_t unix_us) {
+  // Floor division: an instant before 1970 still has microseconds in [0, 1e6).
+  int64_t secs = unix_us / 1'000'000;
+  int64_t micros = unix_us % 1'000'000;
+  if (micros < 0) {
+    micros += 1'000'000;
+    secs -= 1;
+  }
+  int64_t days = secs / 86'400;
+  int64_t sod = secs % 86'400;
+  if (sod < 0) {
+    sod += 86'400;
+    days -= 1;
+  }
+  // Howard Hinnant's civil_from_days: the proleptic Gregorian date of a day count.
+  const int64_t z = days + 719'468;
+  const int64_t era = (z >= 0 ? z : z - 146'096) / 146'097;
+  const int64_t doe = z - era * 146'097;                                     // [0, 146096]
+  const int64_t yoe = (doe - doe / 1'460 + doe / 36'524 - doe / 146'096) / 365;  // [0, 399]
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);               // [0, 365]
+  const int64_t mp = (5 * doy + 2) / 153;                                    // [0, 11]
+  const int64_t day = doy - (153 * mp + 2) / 5 + 1;                          // [1, 31]
+  const int64_t month = mp < 10 ? mp + 3 : mp - 9;                           // [1, 12]
+  const int64_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
+  if (year < 1000 || year > 9999) {  // strftime's %Y, as before: not padded below 1000
+    const auto t = static_cast<std::time_t>(secs);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[64];
+    const size_t len = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    (void)std::snprintf(buf + len, sizeof buf - len, ".%06lldZ", static_cast<long long>(micros));
+    return buf;
+  }
+  std::string out(27, '\0');
+  auto put = [&out](size_t at, int64_t v, int width) {
+    for (int i = width - 1; i >= 0; --i) {
+      out[at + static_cast<size_t>(i)] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    }
+  };
+  put(0, year, 4);
+  out[4] = '-';
+  put(5, month, 2);
+  out[7] = '-';
+  put(8, day, 2);
+  out[10] = 'T';
+  put(11, sod / 3'600, 2);
+  out[13] = ':';
+  put(14, sod / 60 % 60, 2);
+  out[16] = ':';
+  put(17, sod % 60, 2);
+  out[19] = '.';
+  put(20, micros, 6);
+  out[26] = 'Z';
+  return out;
+}
+
 std::string now_rfc3339() {
-  auto now = std::chrono::system_clock::now();
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[64];
-  size_t len = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  (void)std::snprintf(buf + len, sizeof buf - len, ".%06lldZ", static_cast<long long>(us % 1'000'000));
-  return buf;
+  struct timespec ts{};
+  (void)::clock_gettime(CLOCK_REALTIME, &ts);  // vDSO: no system call
+  return format_rfc3339(static_cast<int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1'000);
 }
 
 std::string new_event_id() {
   std::array<uint8_t, 16> b{};
-  random_bytes(b.data(), b.size());
+  random_id_bytes(b.data(), b.size());
   b[6] = static_cast<uint8_t>((b[6] & 0x0f) | 0x40);
   b[8] = static_cast<uint8_t>((b[8] & 0x3f) | 0x80);
-  char out[37];
-  (void)std::snprintf(out, sizeof out,
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-                b[15]);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(36, '-');
+  size_t at = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) ++at;  // the dashes of 8-4-4-4-12
+    out[at++] = kHex[b[i] >> 4];
+    out[at++] = kHex[b[i] & 0x0f];
+  }
   return out;
 }
 
