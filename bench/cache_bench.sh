@@ -41,15 +41,20 @@ cd "$work"
 # `soyaos version` (the process-start floor), and with BEFORE=OLD_BINARY the old binary's hit
 # too (its own home, primed the same way). Wall time from spawn to reap, and the process's
 # CPU (user + system from wait4: a hit starts no child), median of RUNS each.
+# The cold runs have a home of their own: each adds ~30 WAL frames and a checkpoint every
+# few runs to moon.db, and in the hit's home they made its hits open a larger WAL and
+# checkpoint more often than BEFORE's (measured: the same binary's hit 0.2-1 ms CPU slower
+# in the home shared with the cold runs).
 # Prime: the interpreter's digest is computed once, and the entry stored.
 "$SOYAOS" run pack >/dev/null 2>&1
+SOYAOS_HOME="$work/home-cold" "$SOYAOS" run --no-cache pack >/dev/null 2>&1
 if [[ -n "${BEFORE:-}" ]]; then
   SOYAOS_HOME="$work/home-before" "$BEFORE" run pack >/dev/null 2>&1
 fi
 python3 - "$SOYAOS" "${BEFORE:-}" "$RUNS" "$work" > times.txt <<'PY'
 import os, statistics, sys, time, shutil
 soyaos, before, runs, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-paths = [("cold", soyaos, ["run", "--no-cache", "pack"], "home"), ("hit", soyaos, ["run", "pack"], "home"),
+paths = [("cold", soyaos, ["run", "--no-cache", "pack"], "home-cold"), ("hit", soyaos, ["run", "pack"], "home"),
          ("version", soyaos, ["version"], "home")]
 if before:
     paths.append(("hit-before", before, ["run", "pack"], "home-before"))
