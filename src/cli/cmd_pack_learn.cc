@@ -270,7 +270,7 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
       });
       if (run.never_ran) {
         std::fprintf(stderr, "soyaos pack learn: round %d, %s: the Comet could not start: %s\n", round,
-                     shown(spec.name).c_str(), run.error.c_str());
+                     shown(spec.name).c_str(), escape_for_terminal(run.error).c_str());
         return supervisor::kExitSetup;
       }
       const auto& report = run.report;

@@ -82,7 +82,9 @@ std::string last_lines(const std::string& text, size_t n) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   size_t from = lines.size() > n ? lines.size() - n : 0;
   std::string out;
-  for (size_t i = from; i < lines.size(); ++i) out += "    " + lines[i] + "\n";
+  // The agent's text inside our report: escaped (E7) and indented, so that it can neither
+  // drive the terminal nor pass for a report line (a forged "PASS ...").
+  for (size_t i = from; i < lines.size(); ++i) out += "    " + escape_for_terminal(lines[i]) + "\n";
   return out;
 }
 

@@ -149,7 +149,7 @@ int report_unused(const UnusedRequest& req) {
       });
       if (run.never_ran) {
         std::fprintf(stderr, "soyaos pack learn: round %d, %s: the Comet could not start: %s\n", round,
-                     escape_for_terminal(spec.name).c_str(), run.error.c_str());
+                     escape_for_terminal(spec.name).c_str(), escape_for_terminal(run.error).c_str());
         return supervisor::kExitSetup;
       }
       const auto& report = run.report;

@@ -34,6 +34,9 @@ elif mode == "inputs":
 elif mode == "exit":
     print("exiting with " + sys.argv[2], file=sys.stderr)
     sys.exit(int(sys.argv[2]))
+elif mode == "noisy":
+    sys.stderr.write("\x1b[2J\rPASS  forged  (1 ms)\x07\n\x1b]0;title\x07tab\there\n")
+    sys.exit(1)
 elif mode == "slow":
     import time
     time.sleep(float(sys.argv[2]))
@@ -102,6 +105,27 @@ TEST_F(PackTestTest, EachFailureNamesItsReasonAndShowsStderr) {
   // Manifest order.
   EXPECT_LT(o.find("passes"), o.find("wrong-stdout"));
   EXPECT_LT(o.find("wrong-stdout"), o.find("wrong-exit"));
+}
+
+// The agent's stderr tail shown under a failing example is the agent's text inside our
+// report: escaped (E7) and indented in the text report, and on stderr with --format json, so
+// that it can neither drive the terminal (clear it, set its title) nor pass for a report line.
+TEST_F(PackTestTest, AFailingExamplesStderrTailIsEscapedAndIndented) {
+  auto pack = write_pack("pt-noisy", "", "", "  - name: noisy\n    args: [noisy]\n");
+  auto text = soyaos({"pack", "test", pack});
+  EXPECT_EQ(text.exit_code, 1) << text.out << text.err;
+  auto json = soyaos({"pack", "test", "--format", "json", pack});
+  EXPECT_EQ(json.exit_code, 1) << json.out << json.err;
+  for (const auto* r : {&text, &json}) {
+    const std::string all = r->out + r->err;
+    for (const char c : {'\x1b', '\a', '\r'}) {
+      EXPECT_EQ(all.find(c), std::string::npos) << int(c) << ": " << all;
+    }
+    EXPECT_EQ(all.find("\nPASS  forged"), std::string::npos) << all;
+    EXPECT_NE(all.find("\n    \\x1B[2J\\rPASS  forged  (1 ms)\\x07\n"), std::string::npos) << all;
+    EXPECT_NE(all.find("\n    \\x1B]0;title\\x07tab\\there\n"), std::string::npos) << all;
+  }
+  EXPECT_NE(text.out.find("FAIL  noisy  ("), std::string::npos) << text.out;
 }
 
 // What a hostile pack's expectations quote (stdout_contains, an output's name, a declared
