@@ -1,29 +1,90 @@
 #include "common/digest.h"
 
+// SHA-256 from two libraries (issue #16). libsodium's (linked: every process has it) for
+// small inputs, so that a process that hashes little — a cache hit, `soyaos version`, a
+// run of a small pack — never loads libcrypto (~1.3 ms of CPU in relocations and
+// initialisers). libsodium's is portable C, ~5x slower than OpenSSL's (SHA-NI here:
+// docs/benchmarks-issue16.md, session 9), so once a process has hashed kSha256OpenSslAbove bytes
+// (or libcrypto is loaded anyway), the rest goes to OpenSSL's: a large pack or output is
+// hashed at OpenSSL's speed as before. Both compute the same function; the bytes produced
+// are identical (DigestTest cross-checks them around the switch). A libcrypto that cannot
+// be loaded costs only speed: libsodium then hashes everything.
+//
 // OpenSSL's low-level SHA-256: the EVP interface would load and query the provider
-// machinery on first use (~5M instructions, about a third of `soyaos run`'s own start-up)
-// for one fixed algorithm. The functions are deprecated in 3.0 but kept, and are the same
-// implementation; the API level is pinned for this file only.
+// machinery on first use (~5M instructions) for one fixed algorithm. The functions are
+// deprecated in 3.0 but kept, and are the same implementation; the API level is pinned for
+// this file only.
 #define OPENSSL_API_COMPAT 10101
 #include <openssl/sha.h>
+#include <sodium.h>
+
+#include <atomic>
 #include <fstream>
 #include <memory>
 #include <vector>
 
+#include "common/libcrypto.h"
+
 namespace soyaos {
 
+namespace {
+
+// Bytes hashed by libsodium in this process; past kSha256OpenSslAbove, OpenSSL takes over.
+std::atomic<uint64_t>& sodium_bytes() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
+
+// True when the next bytes should go to OpenSSL (loading libcrypto if it must and can).
+bool use_openssl(size_t more) {
+  if (libcrypto_loaded()) return load_libcrypto().ok();
+  if (sodium_bytes().load(std::memory_order_relaxed) + more <= kSha256OpenSslAbove) return false;
+  return load_libcrypto().ok();
+}
+
+}  // namespace
+
+uint64_t sha256_libsodium_bytes() { return sodium_bytes().load(std::memory_order_relaxed); }
+
 struct Sha256::Context {
-  SHA256_CTX ctx{};
+  // libsodium's state over `pending`, until the hasher switches; OpenSSL's afterwards.
+  std::string pending;  // bytes not hashed yet while on libsodium (at most kSha256OpenSslAbove)
+  std::unique_ptr<SHA256_CTX> openssl;
 };
 
-Sha256::Sha256() : ctx_(std::make_unique<Context>()) { SHA256_Init(&ctx_->ctx); }
+Sha256::Sha256() : ctx_(std::make_unique<Context>()) {
+  if (use_openssl(0)) {
+    ctx_->openssl = std::make_unique<SHA256_CTX>();
+    SHA256_Init(ctx_->openssl.get());
+  }
+}
 Sha256::~Sha256() = default;
 
-void Sha256::update(const void* data, size_t size) { SHA256_Update(&ctx_->ctx, data, size); }
+void Sha256::update(const void* data, size_t size) {
+  Context& c = *ctx_;
+  if (!c.openssl && size > 0 && use_openssl(c.pending.size() + size)) {
+    c.openssl = std::make_unique<SHA256_CTX>();
+    SHA256_Init(c.openssl.get());
+    SHA256_Update(c.openssl.get(), c.pending.data(), c.pending.size());
+    std::string().swap(c.pending);
+  }
+  if (c.openssl) {
+    SHA256_Update(c.openssl.get(), data, size);
+    return;
+  }
+  c.pending.append(static_cast<const char*>(data), size);
+}
 
 std::string Sha256::hex() {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256_Final(md, &ctx_->ctx);
+  unsigned char md[crypto_hash_sha256_BYTES];
+  Context& c = *ctx_;
+  if (c.openssl) {
+    SHA256_Final(md, c.openssl.get());
+  } else {
+    // Everything it was given, held until now (at most kSha256OpenSslAbove bytes): one call.
+    crypto_hash_sha256(md, reinterpret_cast<const unsigned char*>(c.pending.data()), c.pending.size());
+    sodium_bytes().fetch_add(c.pending.size(), std::memory_order_relaxed);
+  }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(2 * sizeof md);

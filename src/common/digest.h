@@ -15,7 +15,8 @@ namespace soyaos {
 // Lower-case hex sha256.
 std::string sha256_hex(std::string_view data);
 
-// Incremental sha256 (OpenSSL's low-level API, see digest.cc: no EVP start-up cost).
+// Incremental sha256: libsodium's for the first bytes a process hashes, OpenSSL's (libcrypto
+// loaded then) past kSha256OpenSslAbove (common/libcrypto.h); see digest.cc.
 class Sha256 {
  public:
   Sha256();

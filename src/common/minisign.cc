@@ -1,12 +1,10 @@
-// Minisign-compatible signatures with OpenSSL (minisign.h). BLAKE2b is implemented here
+// Minisign-compatible signatures: Ed25519 with libsodium, scrypt with OpenSSL (minisign.h). BLAKE2b is implemented here
 // (RFC 7693): minisign's key checksum is BLAKE2b-256, an output length OpenSSL 3.0's
 // BLAKE2B-512 digest cannot produce (a shorter BLAKE2b is not a truncated longer one).
 #include "common/minisign.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/kdf.h>
-#include <openssl/rand.h>
+#include <sodium.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/libcrypto.h"
 #include "common/wipe.h"
 
 namespace soyaos::minisign {
@@ -126,44 +125,38 @@ class Blake2b {
   size_t out_;
 };
 
-// ---- OpenSSL Ed25519 ----
-struct PkeyFree {
-  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
-};
-struct MdCtxFree {
-  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
-};
-using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
-using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
-
+// ---- Ed25519 (libsodium's, issue #16: no libcrypto in a process that verifies a pack's
+// signature; Ed25519 is deterministic, MinisignTest compares the signatures with OpenSSL's,
+// and minisign itself signs and verifies with libsodium) ----
 Result<std::array<uint8_t, kSignatureBytes>> ed25519_sign(const SecretKey& key, std::string_view message) {
-  Pkey pkey(EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, key.seed.data(), key.seed.size()));
-  MdCtx ctx(EVP_MD_CTX_new());
+  if (sodium_init() < 0) return make_error("Ed25519 signing: libsodium cannot be initialised");
+  std::array<uint8_t, crypto_sign_ed25519_PUBLICKEYBYTES> pk{};
+  std::array<uint8_t, crypto_sign_ed25519_SECRETKEYBYTES> sk{};  // seed || public key
+  const WipeOnExit wipe_sk(sk);
   std::array<uint8_t, kSignatureBytes> sig{};
-  size_t len = sig.size();
-  if (!pkey || !ctx || EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, pkey.get()) != 1 ||
-      EVP_DigestSign(ctx.get(), sig.data(), &len, reinterpret_cast<const unsigned char*>(message.data()),
-                     message.size()) != 1 ||
+  unsigned long long len = 0;
+  if (crypto_sign_ed25519_seed_keypair(pk.data(), sk.data(), key.seed.data()) != 0 ||
+      crypto_sign_ed25519_detached(sig.data(), &len, reinterpret_cast<const unsigned char*>(message.data()),
+                                   message.size(), sk.data()) != 0 ||
       len != sig.size()) {
-    return make_error("Ed25519 signing failed (OpenSSL)");
+    return make_error("Ed25519 signing failed (libsodium)");
   }
   return sig;
 }
 
 bool ed25519_verify(const PublicKey& key, const std::array<uint8_t, kSignatureBytes>& sig, std::string_view message) {
-  Pkey pkey(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, key.key.data(), key.key.size()));
-  MdCtx ctx(EVP_MD_CTX_new());
-  if (!pkey || !ctx || EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, pkey.get()) != 1) return false;
-  return EVP_DigestVerify(ctx.get(), sig.data(), sig.size(), reinterpret_cast<const unsigned char*>(message.data()),
-                          message.size()) == 1;
+  if (sodium_init() < 0) return false;
+  return crypto_sign_ed25519_verify_detached(sig.data(), reinterpret_cast<const unsigned char*>(message.data()),
+                                             message.size(), key.key.data()) == 0;
 }
 
 Result<std::array<uint8_t, kPublicKeyBytes>> public_from_seed(const std::array<uint8_t, kSeedBytes>& seed) {
-  Pkey pkey(EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, seed.data(), seed.size()));
+  if (sodium_init() < 0) return make_error("Ed25519: libsodium cannot be initialised");
   std::array<uint8_t, kPublicKeyBytes> pk{};
-  size_t len = pk.size();
-  if (!pkey || EVP_PKEY_get_raw_public_key(pkey.get(), pk.data(), &len) != 1 || len != pk.size())
-    return make_error("Ed25519: cannot derive the public key (OpenSSL)");
+  std::array<uint8_t, crypto_sign_ed25519_SECRETKEYBYTES> sk{};
+  const WipeOnExit wipe_sk(sk);
+  if (crypto_sign_ed25519_seed_keypair(pk.data(), sk.data(), seed.data()) != 0)
+    return make_error("Ed25519: cannot derive the public key (libsodium)");
   return pk;
 }
 
@@ -221,12 +214,14 @@ Status scrypt_xor(std::array<uint8_t, 104>& data, std::string_view password, con
   if (p.memory_bytes() > kMaxScryptBytes)
     return make_error("the key's scrypt parameters need " + std::to_string(p.memory_bytes() >> 20) +
                       " MiB of memory (more than the " + std::to_string(kMaxScryptBytes >> 20) + " MiB allowed)");
+  // scrypt is OpenSSL's (an encrypted key is used only to sign): libcrypto is loaded here.
+  if (auto s = load_libcrypto(); !s) return make_error("decrypt or encrypt a secret key with scrypt: " + s.error().message, s.error().err);
   std::array<uint8_t, 104> stream{};
   if (EVP_PBE_scrypt(password.data(), password.size(), salt.data(), salt.size(), uint64_t{1} << p.n_log2, p.r, p.p,
                      p.memory_bytes() + (uint64_t{1} << 20), stream.data(), stream.size()) != 1)
     return make_error("scrypt failed (OpenSSL: out of memory or parameters refused)");
   for (size_t i = 0; i < data.size(); ++i) data[i] ^= stream[i];
-  OPENSSL_cleanse(stream.data(), stream.size());
+  sodium_memzero(stream.data(), stream.size());
   return {};
 }
 
@@ -239,8 +234,8 @@ std::string checksum(const std::array<uint8_t, 104>& keynum_sk) {
 
 }  // namespace
 
-SecretKey::~SecretKey() { OPENSSL_cleanse(seed.data(), seed.size()); }
-SecretKeyFile::~SecretKeyFile() { OPENSSL_cleanse(keynum_sk.data(), keynum_sk.size()); }
+SecretKey::~SecretKey() { sodium_memzero(seed.data(), seed.size()); }
+SecretKeyFile::~SecretKeyFile() { sodium_memzero(keynum_sk.data(), keynum_sk.size()); }
 
 std::string key_id_hex(const KeyId& id) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -441,7 +436,7 @@ Result<SecretKey> decrypt(const SecretKeyFile& file, std::string_view password) 
   // check it; the public half derived from the seed (below) still guards such a key.
   const uint8_t* stored = data.data() + kKeyIdBytes + 64;
   const bool unset = !file.encrypted && std::all_of(stored, stored + 32, [](uint8_t b) { return b == 0; });
-  if (!unset && CRYPTO_memcmp(sum.data(), stored, 32) != 0) {
+  if (!unset && sodium_memcmp(sum.data(), stored, 32) != 0) {
     return make_error(file.encrypted ? "wrong password (the key's checksum does not match)"
                                      : "secret key: corrupt (its checksum does not match)");
   }
@@ -459,9 +454,10 @@ Result<SecretKey> decrypt(const SecretKeyFile& file, std::string_view password) 
 
 Result<SecretKey> generate() {
   SecretKey key;
-  if (RAND_bytes(key.seed.data(), static_cast<int>(key.seed.size())) != 1 ||
-      RAND_bytes(key.key_id.data(), static_cast<int>(key.key_id.size())) != 1)
-    return make_error("generate a key: RAND_bytes failed (OpenSSL)");
+  // The kernel's CSPRNG through libsodium (getrandom(2)).
+  if (sodium_init() < 0) return make_error("generate a key: libsodium cannot be initialised");
+  randombytes_buf(key.seed.data(), key.seed.size());
+  randombytes_buf(key.key_id.data(), key.key_id.size());
   auto pk = public_from_seed(key.seed);
   if (!pk) return pk.error();
   key.public_key = *pk;
@@ -486,8 +482,8 @@ Result<std::string> format_secret_key(const SecretKey& key, std::string_view pas
   const std::string sum = checksum(f.keynum_sk);
   std::memcpy(f.keynum_sk.data() + kKeyIdBytes + 64, sum.data(), 32);
   if (f.encrypted) {
-    if (RAND_bytes(f.salt.data(), static_cast<int>(f.salt.size())) != 1)
-      return make_error("secret key: RAND_bytes failed (OpenSSL)");
+    if (sodium_init() < 0) return make_error("secret key: libsodium cannot be initialised");
+    randombytes_buf(f.salt.data(), f.salt.size());
     f.opslimit = opslimit;
     f.memlimit = memlimit;
     if (auto s = scrypt_xor(f.keynum_sk, password, f.salt, opslimit, memlimit); !s) return s.error();
@@ -504,8 +500,8 @@ Result<std::string> format_secret_key(const SecretKey& key, std::string_view pas
   std::string text = std::string(kUntrustedPrefix) +
                      (f.encrypted ? "minisign encrypted secret key" : "minisign secret key") + "\n" +
                      base64_encode(raw) + "\n";
-  OPENSSL_cleanse(raw.data(), raw.size());
-  OPENSSL_cleanse(f.keynum_sk.data(), f.keynum_sk.size());
+  sodium_memzero(raw.data(), raw.size());
+  sodium_memzero(f.keynum_sk.data(), f.keynum_sk.size());
   return text;
 }
 

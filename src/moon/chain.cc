@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <openssl/bio.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <sodium.h>
@@ -22,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/digest.h"
+#include "common/libcrypto.h"
 #include "common/secret_bytes.h"
 #include "common/unique_fd.h"
 #include "common/wipe.h"
@@ -41,19 +41,15 @@ struct PkeyFree {
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
 };
-struct MdCtxFree {
-  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
-};
-struct PkeyCtxFree {
-  void operator()(EVP_PKEY_CTX* c) const { EVP_PKEY_CTX_free(c); }
-};
 using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 using Bio = std::unique_ptr<BIO, BioFree>;
 
+// Standard base64 with padding, no line breaks (libsodium's, issue #16: no libcrypto in a
+// process that only stores events; the same text as OpenSSL's EVP_EncodeBlock).
 std::string base64(const unsigned char* data, size_t size) {
-  std::string out(4 * ((size + 2) / 3) + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(size));
-  out.resize(n < 0 ? 0 : static_cast<size_t>(n));
+  std::string out(sodium_base64_ENCODED_LEN(size, sodium_base64_VARIANT_ORIGINAL), '\0');
+  sodium_bin2base64(out.data(), out.size(), data, size, sodium_base64_VARIANT_ORIGINAL);
+  out.resize(out.size() - 1);  // the terminating NUL
   return out;
 }
 
@@ -61,14 +57,13 @@ std::string base64(const unsigned char* data, size_t size) {
 std::optional<std::vector<unsigned char>> unbase64(std::string_view text) {
   if (text.empty() || text.size() % 4 != 0 || text.size() > 4096) return std::nullopt;
   std::vector<unsigned char> out(text.size() / 4 * 3);
-  const int n = EVP_DecodeBlock(out.data(), reinterpret_cast<const unsigned char*>(text.data()),
-                                static_cast<int>(text.size()));
-  if (n < 0) return std::nullopt;
-  // EVP_DecodeBlock counts the padding as zero bytes.
-  size_t pad = 0;
-  if (text.back() == '=') ++pad;
-  if (text.size() >= 2 && text[text.size() - 2] == '=') ++pad;
-  out.resize(static_cast<size_t>(n) - pad);
+  size_t n = 0;
+  if (sodium_base642bin(out.data(), out.size(), text.data(), text.size(), nullptr, &n, nullptr,
+                        sodium_base64_VARIANT_ORIGINAL) != 0) {
+    wipe(out);
+    return std::nullopt;
+  }
+  out.resize(n);
   // The text may be a private key's: its decoding and re-encoding are wiped when refused
   // (on success the caller wipes what it keeps).
   std::string again = base64(out.data(), out.size());
@@ -132,20 +127,29 @@ Result<fs::path> write_temp(const fs::path& dir, const std::string& stem, std::s
   return tmp;
 }
 
-// The PEM text of `key`; for the private half the caller wipes it (and OpenSSL's buffer is a
-// secure-memory BIO, cleared when freed).
-std::string pem_of(EVP_PKEY* key, bool private_half) {
-  Bio mem(BIO_new(private_half ? BIO_s_secmem() : BIO_s_mem()));
-  if (!mem) return "";
-  const int ok = private_half ? PEM_write_bio_PrivateKey(mem.get(), key, nullptr, nullptr, 0, nullptr, nullptr)
-                              : PEM_write_bio_PUBKEY(mem.get(), key);
-  if (ok != 1) return "";
-  char* data = nullptr;
-  const long n = BIO_get_mem_data(mem.get(), &data);
-  return n > 0 ? std::string(data, static_cast<size_t>(n)) : std::string();
-}
-
 using RawKey = std::array<unsigned char, 32>;
+
+constexpr unsigned char kPkcs8[] = {0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06,
+                                    0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20};
+constexpr unsigned char kSpki[] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
+
+// The PEM text of an Ed25519 key, byte for byte what OpenSSL's PEM_write_bio_PrivateKey /
+// PEM_write_bio_PUBKEY write (RFC 8410's fixed DER prefix and the 32 raw bytes, one base64
+// line: ChainTest cross-checks it against OpenSSL). The caller wipes a private key's text.
+std::string pem_of(const RawKey& raw, bool private_half) {
+  std::array<unsigned char, sizeof kPkcs8 + 32> der{};
+  const WipeOnExit wipe_der(der);
+  const size_t prefix = private_half ? sizeof kPkcs8 : sizeof kSpki;
+  std::memcpy(der.data(), private_half ? kPkcs8 : kSpki, prefix);
+  std::memcpy(der.data() + prefix, raw.data(), raw.size());
+  std::string body = base64(der.data(), prefix + raw.size());
+  const WipeOnExit wipe_body(body);
+  std::string out = private_half ? "-----BEGIN PRIVATE KEY-----\n" : "-----BEGIN PUBLIC KEY-----\n";
+  out.reserve(out.size() + body.size() + 32);
+  out += body;
+  out += private_half ? "\n-----END PRIVATE KEY-----\n" : "\n-----END PUBLIC KEY-----\n";
+  return out;
+}
 
 // The one layout OpenSSL writes for an Ed25519 key (RFC 8410): the PEM armour around one
 // base64 line of a fixed DER prefix (PKCS#8 for the private half, SubjectPublicKeyInfo for
@@ -155,9 +159,6 @@ using RawKey = std::array<unsigned char, 32>;
 // events loads (issue #16, docs/benchmarks.md). Anything else goes to OpenSSL's reader.
 // The raw key goes to `out` (wiped by the caller): every copy of a seed is one more to wipe.
 bool parse_canonical_ed25519(std::string_view pem, bool private_half, RawKey& out) {
-  static constexpr unsigned char kPkcs8[] = {0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06,
-                                             0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20};
-  static constexpr unsigned char kSpki[] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
   const std::string_view head = private_half ? "-----BEGIN PRIVATE KEY-----\n" : "-----BEGIN PUBLIC KEY-----\n";
   const std::string_view tail = private_half ? "\n-----END PRIVATE KEY-----\n" : "\n-----END PUBLIC KEY-----\n";
   const std::string_view text(pem);
@@ -185,9 +186,14 @@ bool raw_of(EVP_PKEY* key, bool private_half, RawKey& out) {
 }
 
 // The 32 raw bytes of an Ed25519 PEM key into `out` (wiped by the caller): the seed of a
-// private key, or a public key.
+// private key, or a public key. Only a key in another layout than the canonical one loads
+// libcrypto, so that no valid key is refused.
 Status parse_pem(std::string_view pem, bool private_half, const fs::path& where, RawKey& out) {
   if (parse_canonical_ed25519(pem, private_half, out)) return {};
+  if (auto s = load_libcrypto(); !s) {
+    return make_error("read " + where.string() + " (not in the canonical Ed25519 layout): " + s.error().message,
+                      s.error().err);
+  }
   Bio mem(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   if (!mem) return make_error("read " + where.string() + ": out of memory", ENOMEM);
   Pkey key(private_half ? PEM_read_bio_PrivateKey(mem.get(), nullptr, nullptr, nullptr)
@@ -250,11 +256,12 @@ std::string checkpoint_message(int64_t seq, std::string_view hash, std::string_v
   return m;
 }
 
-// Signing is libsodium's Ed25519 (issue #16): OpenSSL signs only through EVP, whose first
-// use in a process initialises its providers and name maps, ~6 M instructions (~2.5 ms of
-// CPU) in every process that stores an event. Ed25519 is deterministic (RFC 8032): the
-// same key and message give the same signature either way, and verify() still checks with
-// OpenSSL, as a third party does (docs/events.md).
+// Ed25519 is libsodium's (issue #16): OpenSSL signs only through EVP, whose first use in a
+// process initialises its providers and name maps, ~6 M instructions (~2.5 ms of CPU) in
+// every process that stores an event, and linking libcrypto cost every process ~1.3 ms.
+// Ed25519 is deterministic (RFC 8032): the same key and message give the same signature
+// either way (ChainTest compares them with OpenSSL's), and a third party verifies with any
+// implementation (docs/events.md).
 struct MoonKey::Impl {
   RawKey public_key{};
   std::array<unsigned char, crypto_sign_ed25519_SECRETKEYBYTES> secret{};  // seed || public key
@@ -291,7 +298,6 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
   auto impl = std::make_unique<Impl>();
   auto existing = read_private_file(key_file);
   if (!existing && existing.error().err != ENOENT) return existing.error();
-  Pkey created;  // a new key: OpenSSL generates and encodes it (once per home)
   // The seed, in this one buffer, wiped on every way out (the PEM text is a SecretBytes,
   // wiped as it dies; libsodium's key pair lives in Impl, wiped by its destructor).
   RawKey seed{};
@@ -300,17 +306,12 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
     if (auto s = parse_pem(existing->view(), true, key_file, seed); !s) return s.error();
     if (auto s = set_private(*impl, seed); !s) return s.error();
   } else {
-    std::unique_ptr<EVP_PKEY_CTX, PkeyCtxFree> ctx(EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nullptr));
-    EVP_PKEY* raw = nullptr;
-    if (!ctx || EVP_PKEY_keygen_init(ctx.get()) != 1 || EVP_PKEY_keygen(ctx.get(), &raw) != 1) {
-      return make_error("generate the Moon's Ed25519 key: OpenSSL refused");
-    }
-    created.reset(raw);
-    if (!raw_of(raw, true, seed)) return make_error("generate the Moon's Ed25519 key: OpenSSL did not give the raw key");
+    // A fresh seed from the kernel's CSPRNG (libsodium's randombytes: getrandom(2)).
+    if (sodium_init() < 0) return make_error("initialise libsodium for the Moon's signing key");
+    randombytes_buf(seed.data(), seed.size());
     if (auto s = set_private(*impl, seed); !s) return s.error();
-    std::string pem = pem_of(raw, true);
+    std::string pem = pem_of(seed, true);
     const WipeOnExit wipe_pem(pem);
-    if (pem.empty()) return make_error("encode the Moon's Ed25519 key: OpenSSL refused");
     auto tmp = write_temp(home, "moon.key", pem, 0600);
     if (!tmp) return tmp.error();
     // link(2) never replaces: when another process created the key meanwhile, use theirs.
@@ -334,13 +335,8 @@ Result<MoonKey> MoonKey::load_or_create(const fs::path& home) {
                         ": one of them was replaced", EINVAL);
     }
   } else {
-    // Only a key created now or a moon.pub deleted since: OpenSSL encodes it.
-    if (!created) {
-      created.reset(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, impl->public_key.data(),
-                                                impl->public_key.size()));
-    }
-    const std::string pub_pem = created ? pem_of(created.get(), false) : std::string();
-    if (pub_pem.empty()) return make_error("encode the Moon's Ed25519 public key: OpenSSL refused");
+    // Only a key created now or a moon.pub deleted since.
+    const std::string pub_pem = pem_of(impl->public_key, false);
     auto tmp = write_temp(home, "moon.pub", pub_pem, 0644);
     if (!tmp) return tmp.error();
     if (::rename(tmp->c_str(), pub_file.c_str()) != 0) {
@@ -389,11 +385,9 @@ bool MoonKey::verify(const Checkpoint& cp) const {
   auto sig = unbase64(cp.signature);
   if (!sig) return false;
   const std::string msg = checkpoint_message(cp.seq, cp.hash, cp.time);
-  Pkey key(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, impl_->public_key.data(), impl_->public_key.size()));
-  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
-  return key && ctx && EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) == 1 &&
-         EVP_DigestVerify(ctx.get(), sig->data(), sig->size(), reinterpret_cast<const unsigned char*>(msg.data()),
-                          msg.size()) == 1;
+  if (sig->size() != crypto_sign_ed25519_BYTES || sodium_init() < 0) return false;
+  return crypto_sign_ed25519_verify_detached(sig->data(), reinterpret_cast<const unsigned char*>(msg.data()),
+                                             msg.size(), impl_->public_key.data()) == 0;
 }
 
 fs::path head_path(const fs::path& home) { return home / "scope.head"; }

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/libcrypto.h"
 #include "common/libssl.h"
 
 namespace soyaos::supervisor {
@@ -52,8 +53,10 @@ Result<std::unique_ptr<Interception>> make_interception(const std::vector<manife
   for (const auto& s : secrets) icpt->secrets.push_back({s.name, s.placeholder, s.hosts, s.value.view()});
   const auto names = intercepted_tls_names(egress, secrets);
   if (!names.empty()) {
-    // libssl is loaded on first use (common/libssl.h): here, in the main thread before the
-    // Comet is cloned; a host without it refuses the run (125) naming the library.
+    // libcrypto and libssl are loaded on first use (common/libcrypto.h, common/libssl.h):
+    // here, in the main thread before the Comet is cloned; a host without either refuses the
+    // run (125) naming the library.
+    if (auto s = load_libcrypto(); !s) return make_error("TLS interception: " + s.error().message, s.error().err);
     if (auto s = load_libssl(); !s) return make_error("TLS interception: " + s.error().message, s.error().err);
     auto authority = TlsAuthority::create(names);
     if (!authority) return make_error("the run's certificate authority: " + authority.error().describe());

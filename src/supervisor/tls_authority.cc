@@ -2,6 +2,7 @@
 
 #include <openssl/bn.h>
 #include <openssl/crypto.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -38,9 +39,17 @@ Status init_secure_heap() {
 }
 
 Result<std::unique_ptr<EVP_PKEY, EvpPkeyFree>> p256_key() {
-  std::unique_ptr<EVP_PKEY, EvpPkeyFree> key(EVP_EC_gen("P-256"));
-  if (!key) return make_error("generate a P-256 key: " + openssl_error());
-  return key;
+  // Not EVP_EC_gen: it is a macro over the variadic EVP_PKEY_Q_keygen, which libcrypto's
+  // forwarders (common/libcrypto.h) cannot pass on; this is the same key generation.
+  std::unique_ptr<EVP_PKEY_CTX, decltype(&EVP_PKEY_CTX_free)> ctx(EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nullptr),
+                                                                  &EVP_PKEY_CTX_free);
+  EVP_PKEY* raw = nullptr;
+  if (!ctx || EVP_PKEY_keygen_init(ctx.get()) != 1 ||
+      EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx.get(), NID_X9_62_prime256v1) != 1 ||
+      EVP_PKEY_keygen(ctx.get(), &raw) != 1) {
+    return make_error("generate a P-256 key: " + openssl_error());
+  }
+  return std::unique_ptr<EVP_PKEY, EvpPkeyFree>(raw);
 }
 
 Status set_serial(X509* x) {

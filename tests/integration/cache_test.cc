@@ -26,7 +26,9 @@ class CacheTest : public ::testing::Test {
     home_ = (dir_.path() / "home").string();
   }
   RunOutput soyaos(const std::vector<std::string>& args) {
-    return run_soyaos(args, {{"SOYAOS_HOME", home_}}, dir_.path());
+    auto env = extra_env_;
+    env["SOYAOS_HOME"] = home_;
+    return run_soyaos(args, env, dir_.path());
   }
   // One run; `tag` names its --out and --events files.
   struct Run {
@@ -76,6 +78,7 @@ class CacheTest : public ::testing::Test {
   TempDir dir_;
   fs::path pack_;
   std::string home_;
+  std::map<std::string, std::string> extra_env_;  // for every soyaos() and run()
 };
 
 // Every file and directory under `root`: relative path -> "dir MODE" or "file MODE CONTENT".
@@ -95,6 +98,45 @@ std::map<std::string, std::string> tree(const fs::path& root) {
 const std::vector<std::string> kRich = {"steps", "write:/workdir/out/a.txt", "mkdir:/workdir/out/sub",
                                         "write:/workdir/out/sub/b.txt", "listdir:/workdir/out",
                                         "stderr:a warning on stderr"};
+
+// libcrypto is dlopen()ed only where it is used (issue #16, src/common/libcrypto.h): a run
+// that does not intercept TLS, a cache hit and `soyaos version` never load it. LD_DEBUG=libs
+// makes the dynamic loader list every library it maps, dlopen()ed ones included, one file
+// per process; and with a libcrypto.so.3 that cannot be loaded first in LD_LIBRARY_PATH, the
+// same commands still work (a TLS-intercepting run is refused naming it: SecretsTest).
+// The home's first run hashes the runtime's binary (megabytes, remembered by the cache
+// after): OpenSSL's faster SHA-256 then, libcrypto loaded, as designed (common/digest.cc).
+TEST_F(CacheTest, ARunAHitAndVersionNeverLoadLibcrypto) {
+  auto first = run("first", {"steps", "write:/workdir/out/first.txt"});
+  ASSERT_EQ(first.out.exit_code, 0) << first.out.err;
+  const fs::path traces = dir_.path() / "ld";
+  fs::create_directories(traces);
+  extra_env_ = {{"LD_DEBUG", "libs"}, {"LD_DEBUG_OUTPUT", (traces / "trace").string()}};
+  auto cold = run("cold", kRich);
+  ASSERT_FALSE(cold.replayed());
+  ASSERT_EQ(cold.out.exit_code, 0) << cold.out.err;
+  auto hit = run("hit", kRich);
+  ASSERT_TRUE(hit.replayed()) << hit.out.err;
+  auto version = soyaos({"version"});
+  ASSERT_EQ(version.exit_code, 0) << version.err;
+  size_t traced = 0;
+  for (const auto& e : fs::directory_iterator(traces)) {
+    const std::string text = read_file(e.path());
+    if (text.find("libsodium.so") != std::string::npos) ++traced;  // a soyaos process
+    EXPECT_EQ(text.find("libcrypto"), std::string::npos) << e.path() << ":\n" << text;
+  }
+  EXPECT_GE(traced, 3u) << "LD_DEBUG traced fewer soyaos processes than were run";
+
+  dir_.write("badlib/libcrypto.so.3", "not a shared object\n");
+  extra_env_ = {{"LD_LIBRARY_PATH", (dir_.path() / "badlib").string()}};
+  auto again = run("again", kRich);
+  EXPECT_TRUE(again.replayed()) << again.out.err;
+  EXPECT_EQ(again.out.exit_code, 0) << again.out.err;
+  auto fresh = run("fresh", {"steps", "write:/workdir/out/c.txt"});
+  EXPECT_FALSE(fresh.replayed());
+  EXPECT_EQ(fresh.out.exit_code, 0) << fresh.out.err;
+  EXPECT_EQ(soyaos({"version"}).exit_code, 0);
+}
 
 TEST_F(CacheTest, AHitReplaysStdoutStderrExitAndOutByteForByte) {
   auto cold = run("cold", kRich);

@@ -276,6 +276,20 @@ TEST_F(SecretsTest, UnloadableLibsslRefusesAnInterceptingRunNamingIt) {
   EXPECT_FALSE(contains(r.out, "VALUE"));
 }
 
+// libcrypto too is loaded (dlopen) only where used (src/common/libcrypto.h): an intercepting
+// run without it is refused (125) naming it, before the agent runs; `version` and runs without
+// TLS do not load it (CacheTest.ARunAHitAndVersionNeverLoadLibcrypto).
+TEST_F(SecretsTest, UnloadableLibcryptoRefusesAnInterceptingRunNamingIt) {
+  dir_.write("badlib/libcrypto.so.3", "not a shared object\n");
+  const std::string libdir = (dir_.path() / "badlib").string();
+  auto version = run_soyaos({"version"}, env({{"LD_LIBRARY_PATH", libdir}}));
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  auto r = run({"--secret", "API_KEY"}, {{"API_KEY", kValue}, {"LD_LIBRARY_PATH", libdir}});
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_TRUE(contains(r.err, "TLS interception: cannot load libcrypto.so.3 (the libssl3 package)")) << r.err;
+  EXPECT_FALSE(contains(r.out, "VALUE"));
+}
+
 // A libssl that loads but lacks one function soyaos calls (one libssl does not call itself,
 // so RTLD_NOW alone would not notice): refused before the run starts, naming it — not a
 // run killed in its gateway thread at the function's first call, after its agent started.

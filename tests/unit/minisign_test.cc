@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -125,6 +126,43 @@ TEST(Minisign, SignAndVerifyRoundTrip) {
   EXPECT_FALSE(sign(*key, "m", "two\nlines", "u"));
   EXPECT_FALSE(sign(*key, "m", "t", "two\nlines"));
   EXPECT_FALSE(sign(*key, "m", std::string(kMaxTrustedCommentBytes + 1, 'x'), "u"));
+}
+
+// Ed25519 is libsodium's (issue #16: verifying a pack's signature loads no libcrypto):
+// deterministic, so the public key derived from a seed and both signatures of a minisign
+// file must be exactly OpenSSL's for the same seed.
+TEST(Minisign, Ed25519IsOpenSslsForTheSameSeed) {
+  auto key = generate();
+  ASSERT_TRUE(key) << key.error().describe();
+  EVP_PKEY* pkey = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, key->seed.data(), key->seed.size());
+  ASSERT_NE(pkey, nullptr);
+  std::array<uint8_t, kPublicKeyBytes> pk{};
+  size_t pk_len = pk.size();
+  ASSERT_EQ(EVP_PKEY_get_raw_public_key(pkey, pk.data(), &pk_len), 1);
+  EXPECT_EQ(pk, key->public_key);
+  auto openssl_sign = [&](std::string_view m) {
+    std::string sig(kSignatureBytes, '\0');
+    size_t len = sig.size();
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EXPECT_EQ(EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, pkey), 1);
+    EXPECT_EQ(EVP_DigestSign(ctx, reinterpret_cast<unsigned char*>(sig.data()), &len,
+                             reinterpret_cast<const unsigned char*>(m.data()), m.size()),
+              1);
+    EVP_MD_CTX_free(ctx);
+    return sig;
+  };
+  for (const std::string& message : {std::string(), std::string("the manifest"), std::string(100000, 'm')}) {
+    auto text = sign(*key, message, "digest:sha256:00", "u");
+    ASSERT_TRUE(text) << text.error().describe();
+    auto sig = parse_signature(*text);
+    ASSERT_TRUE(sig) << sig.error().describe();
+    const std::string s(reinterpret_cast<const char*>(sig->signature.data()), sig->signature.size());
+    EXPECT_EQ(s, openssl_sign(openssl_blake2b512(message)));
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(sig->global_signature.data()), sig->global_signature.size()),
+              openssl_sign(s + sig->trusted_comment));
+    EXPECT_TRUE(verify(key->public_part(), *sig, message));
+  }
+  EVP_PKEY_free(pkey);
 }
 
 TEST(Minisign, SecretKeysRoundTripEncryptedAndNot) {

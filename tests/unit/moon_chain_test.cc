@@ -32,6 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using testing::TmpDir;
+using testing::read_file;
 
 json event(const std::string& type, const std::string& run, int n) {
   scope::RunContext ctx{"host", run, "alpha", "1.0.0", "sha256:00"};
@@ -348,6 +349,76 @@ TEST(MoonChain, SignaturesAreOpenSslsOwnForTheSameKey) {
   const std::string rewritten((std::istreambuf_iterator<char>(rewritten_in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(rewritten, pub);
   EXPECT_EQ(again->id(), created->id());
+}
+
+std::string pem_of_openssl(EVP_PKEY* key, bool private_half) {
+  BIO* mem = BIO_new(BIO_s_mem());
+  EXPECT_NE(mem, nullptr);
+  const int ok = private_half ? PEM_write_bio_PrivateKey(mem, key, nullptr, nullptr, 0, nullptr, nullptr)
+                              : PEM_write_bio_PUBKEY(mem, key);
+  EXPECT_EQ(ok, 1);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(mem, &data);
+  std::string out(data, static_cast<size_t>(n));
+  BIO_free(mem);
+  return out;
+}
+
+// The key files are written without libcrypto (issue #16: libsodium's key, the canonical PEM
+// written directly): byte for byte what OpenSSL writes for the same key, and a key file
+// OpenSSL wrote (as soyaos did before) is read as the same key, its moon.pub written as
+// OpenSSL would.
+TEST(MoonChain, KeyFilesAreByteForByteOpenSslsBothWays) {
+  TmpDir t;
+  auto created = chain::MoonKey::load_or_create(t.path());
+  ASSERT_TRUE(created) << created.error().describe();
+  const std::string key_pem = read_file(t.path() / "moon.key");
+  const std::string pub_pem = read_file(t.path() / "moon.pub");
+  BIO* bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(EVP_PKEY_get_id(key), EVP_PKEY_ED25519);
+  EXPECT_EQ(pem_of_openssl(key, true), key_pem);
+  EXPECT_EQ(pem_of_openssl(key, false), pub_pem);
+  EVP_PKEY_free(key);
+
+  // OpenSSL's key, in a home of its own, without moon.pub.
+  TmpDir old;
+  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nullptr);
+  EVP_PKEY* generated = nullptr;
+  ASSERT_EQ(EVP_PKEY_keygen_init(ctx), 1);
+  ASSERT_EQ(EVP_PKEY_keygen(ctx, &generated), 1);
+  EVP_PKEY_CTX_free(ctx);
+  {
+    std::ofstream(old.path() / "moon.key") << pem_of_openssl(generated, true);
+  }
+  ASSERT_EQ(::chmod((old.path() / "moon.key").c_str(), 0600), 0);
+  auto loaded = chain::MoonKey::load_or_create(old.path());
+  ASSERT_TRUE(loaded) << loaded.error().describe();
+  EXPECT_EQ(read_file(old.path() / "moon.pub"), pem_of_openssl(generated, false));
+  unsigned char raw[32];
+  size_t len = sizeof raw;
+  ASSERT_EQ(EVP_PKEY_get_raw_public_key(generated, raw, &len), 1);
+  EXPECT_EQ(loaded->id(), "ed25519:" + sha256_hex(std::string_view(reinterpret_cast<const char*>(raw), len)).substr(0, 16));
+  // Its signatures are OpenSSL's (Ed25519 is deterministic) and verify.
+  const std::string msg = chain::checkpoint_message(7, std::string(64, 'b'), "2026-12-01T00:00:07.000000Z");
+  unsigned char sig[64];
+  size_t sig_len = sizeof sig;
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  ASSERT_EQ(EVP_DigestSignInit(md, nullptr, nullptr, nullptr, generated), 1);
+  ASSERT_EQ(EVP_DigestSign(md, sig, &sig_len, reinterpret_cast<const unsigned char*>(msg.data()), msg.size()), 1);
+  EVP_MD_CTX_free(md);
+  unsigned char b64[89];
+  ASSERT_EQ(EVP_EncodeBlock(b64, sig, static_cast<int>(sig_len)), 88);
+  auto cp = loaded->sign(7, std::string(64, 'b'), "2026-12-01T00:00:07.000000Z");
+  ASSERT_TRUE(cp) << cp.error().describe();
+  EXPECT_EQ(cp->signature, std::string(reinterpret_cast<const char*>(b64), 88));
+  EXPECT_TRUE(loaded->verify(*cp));
+  auto bad = *cp;
+  bad.signature[10] = bad.signature[10] == 'A' ? 'B' : 'A';
+  EXPECT_FALSE(loaded->verify(bad));
+  EVP_PKEY_free(generated);
 }
 
 TEST(MoonChain, TenWriterProcessesKeepOneValidChain) {

@@ -1,0 +1,43 @@
+// libcrypto, loaded with dlopen() where it is used (issue #16). Linking it made every soyaos
+// process relocate and initialise it at start (3 377 symbol bindings, ~2.6 M instructions,
+// ~1.3 ms of CPU) — `soyaos version`, a cache hit, every run — although what those need
+// (SHA-256 of small inputs, Ed25519, random bytes, base64, constant-time compare, wiping)
+// is libsodium's, which is linked anyway. libcrypto is used for: TLS interception (C11:
+// certificates, with libssl, common/libssl.h), the OCI client's extra CA certificates, a
+// registry CA file's check, encrypted minisign keys (scrypt), Ed25519 PEM keys in a layout
+// other than the canonical one (moon/chain.cc), and SHA-256 past kSha256OpenSslAbove
+// bytes (OpenSSL's is ~5x faster: common/digest.cc).
+//
+// libcrypto_lazy.cc defines each libcrypto function soyaos calls, with the declaration of
+// OpenSSL's headers (the compiler checks every signature against it), forwarding to the
+// library's own; all are resolved when the library is loaded (common/dl_library.h), so a
+// libcrypto lacking one is refused by load_libcrypto() itself. Callers that need it call
+// load_libcrypto() first and fail cleanly with its error (exit 125 for a run, naming the
+// library); a forwarder reached without it loads the library itself, and if that fails it
+// prints the error and exits 125 (never continuing without what it asked for).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/result.h"
+
+namespace soyaos {
+
+// Bytes a process hashes with libsodium before it loads libcrypto for OpenSSL's faster
+// SHA-256 (measured: docs/benchmarks-issue16.md, session 9).
+inline constexpr size_t kSha256OpenSslAbove = size_t{256} * 1024;
+
+// Bytes this process has hashed with libsodium's SHA-256 (common/digest.cc).
+uint64_t sha256_libsodium_bytes();
+
+// Loads libcrypto.so.3 once per process (thread-safe); later calls return the same result.
+// Not in a Comet's child after clone3 (no dlopen there).
+Status load_libcrypto();
+
+// Whether load_libcrypto() (or a forwarder) has loaded libcrypto, without loading it. (A
+// libcrypto mapped as libssl's or libcurl's dependency, or linked into a test, does not
+// count until then: Sha256 asks this to choose, and its tests must see libsodium's path.)
+bool libcrypto_loaded();
+
+}  // namespace soyaos
