@@ -1,5 +1,6 @@
 // A shared library that soyaos loads only where it is used (issue #16: libcurl for a
-// registry, libnftables for a Comet's network layer, libssl for TLS interception), loaded
+// registry, libnftables for a Comet's network layer, libssl and libcrypto for TLS
+// interception and what else needs OpenSSL, common/libcrypto.h), loaded
 // and resolved in one step, before the work that needs it starts.
 //
 // Every function is resolved when the library is loaded, not at its first call: RTLD_NOW

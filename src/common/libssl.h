@@ -6,8 +6,8 @@
 // libssl_lazy.cc defines each libssl function soyaos calls, with the declaration of
 // <openssl/ssl.h> (the compiler checks every signature against it), forwarding to the
 // library's own. All of them are resolved when the library is loaded (common/dl_library.h),
-// so a libssl that lacks one is refused by load_libssl() itself. soyaos itself therefore does not link libssl.so.3; libcrypto
-// stays linked (digests, certificates, signatures verified).
+// so a libssl that lacks one is refused by load_libssl() itself. soyaos itself therefore does not link libssl.so.3, nor
+// libcrypto (loaded the same way where used, common/libcrypto.h: before libssl, which needs it).
 //
 // Callers that start TLS call load_libssl() first, in the main thread before any Comet is
 // cloned, and fail cleanly with its error; a forwarder reached without it loads the
