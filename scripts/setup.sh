@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libseccomp-dev libcap-dev libsqlite3-dev libssl-dev libmnl-dev libnftables-dev
+  libseccomp-dev libcap-dev libsqlite3-dev libssl-dev libmnl-dev
+  libnftables-dev           # tests only: the reference the Comet's nfnetlink ruleset is checked against
   libsodium-dev             # Ed25519 signatures of the Scope checkpoints (src/moon/chain.cc)
   libgtest-dev libgmock-dev
   python3 nodejs util-linux iproute2 nftables

@@ -19,7 +19,6 @@
 #include "comet/credentials.h"
 #include "comet/landlock.h"
 #include "comet/mounts.h"
-#include "comet/nft_api.h"
 
 namespace soyaos::comet {
 namespace {
@@ -362,9 +361,6 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   if (network.allow_udp.size() > kMaxUdpRelays) {
     return make_error("network: more than " + std::to_string(kMaxUdpRelays) + " udp egress entries", E2BIG);
   }
-  // The network layer's library, loaded here because the child must not dlopen (nft_api.h):
-  // a host without it refuses the run (125) before any namespace exists.
-  if (auto nft = nft_api(); !nft) return make_error("network: " + nft.error().message, nft.error().err);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return errno_error("socketpair");

@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "comet/nft_api.h"
+#include "comet/nft_batch.h"
 
 namespace soyaos::comet {
 namespace {
@@ -235,29 +235,6 @@ Status setup_links() {
   if (auto s = add_address(*rt, *veth, AF_INET6, kSandboxAddrV6, kSandboxPrefixV6); !s) return s;
   if (auto s = add_default_route(*rt, *veth, AF_INET); !s) return s;
   return add_default_route(*rt, *veth, AF_INET6);
-}
-
-// ---- nftables ----
-
-Status install_ruleset(const std::string& text) {
-  // Loaded by the parent before clone3/fork (nft_api.h); here it only returns the table.
-  auto nft = nft_api();
-  if (!nft) return make_error("nftables: " + nft.error().message, nft.error().err);
-  const NftApi& api = **nft;
-  std::unique_ptr<nft_ctx, void (*)(nft_ctx*)> ctx(api.ctx_new(NFT_CTX_DEFAULT), api.ctx_free);
-  if (!ctx) return make_error("nftables: nft_ctx_new failed", ENOMEM);
-  // Buffer both streams: library code never prints.
-  if (api.ctx_buffer_output(ctx.get()) != 0 || api.ctx_buffer_error(ctx.get()) != 0) {
-    return make_error("nftables: cannot buffer output", ENOMEM);
-  }
-  errno = 0;
-  if (api.run_cmd_from_buffer(ctx.get(), text.c_str()) != 0) {
-    int err = errno != 0 ? errno : EPERM;
-    std::string detail = api.ctx_get_error_buffer(ctx.get());
-    while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
-    return make_error("nftables: install ruleset: " + (detail.empty() ? std::string("failed") : detail), err);
-  }
-  return {};
 }
 
 // ---- sockets ----
@@ -516,7 +493,9 @@ Result<NetworkFds> setup_sandbox_network(const NetworkPlan& plan) {
   auto nflog = nflog_socket(plan.nflog_group);
   if (!nflog) return nflog.error();
   fds.nflog = std::move(*nflog);
-  if (auto s = install_ruleset(nft_ruleset(plan)); !s) return s.error();
+  // The ruleset as one nfnetlink batch (nft_batch.h): nft_ruleset(plan)'s rules, expression
+  // for expression.
+  if (auto s = install_nft_batch(build_nft_batch(plan)); !s) return s.error();
 
   const std::string gw = std::to_string(plan.gateway_port);
   auto gateway = bound_socket(AF_INET, SOCK_STREAM, "127.0.0.1", plan.gateway_port, "gateway 127.0.0.1:" + gw);
@@ -561,8 +540,6 @@ void prefer_unpaced_loopback_tcp() {
 }
 
 Result<UniqueFd> hold_netfilter_hooks() {
-  // Before the fork: the child only installs (nft_api.h).
-  if (auto nft = nft_api(); !nft) return make_error("netfilter hooks holder: " + nft.error().message, nft.error().err);
   int ready[2];
   int release[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return errno_error("pipe2");
@@ -581,7 +558,7 @@ Result<UniqueFd> hold_netfilter_hooks() {
     if (::unshare(flags) == 0) {
       NetworkPlan plan;
       plan.gateway_port = 1;  // only the hooks matter: nothing is ever redirected here
-      status = install_ruleset(nft_ruleset(plan)) ? 0 : 2;
+      status = install_nft_batch(build_nft_batch(plan)) ? 0 : 2;
     }
     (void)!::write(ready_w.get(), &status, 1);
     char byte = 0;

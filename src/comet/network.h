@@ -7,7 +7,7 @@
 //   nft_ruleset(plan) for goldens     setup_sandbox_network(plan):
 //                                       lo up; veth pair soyaos0/soyaos1 (both ends here),
 //                                       addresses, default routes v4+v6 (rtnetlink);
-//                                       nftables ruleset (libnftables);
+//                                       nftables ruleset (one nfnetlink batch, nft_batch.h);
 //                                       listening sockets + NFLOG socket
 //                                     -> NetworkFds handed to the supervisor; then every
 //                                        capability is dropped (credentials step), so the
@@ -93,7 +93,8 @@ inline constexpr const char* kSandboxAddrV6 = "fd53:6f79:6100::1";  // /64, ULA
 // fake range an IPv4 CIDR clear of loopback and the sandbox's own address. Errors: EINVAL.
 Status validate_network_plan(const NetworkPlan& plan);
 
-// The exact nftables ruleset text setup_sandbox_network installs (golden-file tested).
+// The exact nftables ruleset setup_sandbox_network installs, as nft text (golden-file tested;
+// the reference build_nft_batch() is checked against, tests/unit/nft_batch_test.cc).
 // Only numbers and nft keywords: nothing is looked up in /etc (the child has pivoted).
 std::string nft_ruleset(const NetworkPlan& plan);
 

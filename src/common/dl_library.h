@@ -1,7 +1,6 @@
 // A shared library that soyaos loads only where it is used (issue #16: libcurl for a
-// registry, libnftables for a Comet's network layer, libssl and libcrypto for TLS
-// interception and what else needs OpenSSL, common/libcrypto.h), loaded
-// and resolved in one step, before the work that needs it starts.
+// registry, libssl and libcrypto for TLS interception and what else needs OpenSSL,
+// common/libcrypto.h), loaded and resolved in one step, before the work that needs it starts.
 //
 // Every function is resolved when the library is loaded, not at its first call: RTLD_NOW
 // binds only the library's own references, so a function that we call and the library does

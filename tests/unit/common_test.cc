@@ -29,7 +29,7 @@ TEST(UniqueFd, ClosesOnDestructionAndMoves) {
 }
 
 // Every function resolved at load time, by its symbol version, each missing one named
-// (common/dl_library.h: libssl, libnftables and libcurl are loaded so).
+// (common/dl_library.h: libssl and libcurl are loaded so).
 TEST(DlLibrary, ResolvesEveryFunctionByVersionAndNamesEachMissingOne) {
   DlLibrary libc("libc.so.6", "libc6", "GLIBC_2.2.5");
   pid_t (*get_pid)() = nullptr;

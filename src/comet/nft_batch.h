@@ -1,0 +1,32 @@
+// The Comet's nftables ruleset as one nfnetlink batch, built and sent with libmnl (issue #16):
+// the same table, chains and rules as nft_ruleset(plan)'s text, expression for expression as
+// nft 1.0.6 compiles that text (`nft --debug=netlink`), without libnftables (its dlopen, its
+// parser and evaluator, its cache of the kernel's state) and without libnftnl. nft_ruleset()
+// stays the documented reference; NftBatch.MatchesLibnftablesListing (unit test) installs both
+// in two fresh network namespaces and compares the kernel's listings.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comet/network.h"
+#include "common/result.h"
+
+namespace soyaos::comet {
+
+struct NftBatch {
+  std::vector<char> bytes;          // BATCH_BEGIN, NEWTABLE, 2 x NEWCHAIN, NEWRULE..., BATCH_END
+  std::vector<std::string> what;    // what[seq - 1]: the message with that sequence number, as
+                                    // nft_ruleset() writes it (`chain filter_output: log group 7`)
+  std::vector<std::string> needs;   // needs[seq - 1]: the kernel features that message uses
+};
+
+// Plain data, no syscalls; the plan must pass validate_network_plan().
+NftBatch build_nft_batch(const NetworkPlan& plan);
+
+// Sends the batch on a NETLINK_NETFILTER socket of the calling thread's netns and reads the
+// kernel's answers (processed during sendmsg). The kernel applies a batch whole or not at all;
+// an error names the refused message, the netlink errno and the kernel features it needs.
+Status install_nft_batch(const NftBatch& batch);
+
+}  // namespace soyaos::comet
