@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "common/text.h"
 #include "moon/cache.h"
 #include "moon/store.h"
@@ -24,19 +25,19 @@ using json = nlohmann::ordered_json;
 std::optional<moon::ResultCache> open_cache(const char* cmd, CliContext& ctx) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos cache %s: %s\n", cmd, home.error().describe().c_str());
+    print_error(std::string("cache ") + cmd, home.error());
     ctx.exit_code = 1;
     return std::nullopt;
   }
   auto max = moon::ResultCache::configured_max();
   if (!max) {
-    std::fprintf(stderr, "soyaos cache %s: %s\n", cmd, max.error().describe().c_str());
+    print_error(std::string("cache ") + cmd, max.error());
     ctx.exit_code = 1;
     return std::nullopt;
   }
   auto cache = moon::ResultCache::open(*home, *max);
   if (!cache) {
-    std::fprintf(stderr, "soyaos cache %s: %s\n", cmd, cache.error().describe().c_str());
+    print_error(std::string("cache ") + cmd, cache.error());
     ctx.exit_code = 1;
     return std::nullopt;
   }
@@ -81,7 +82,7 @@ void ls(const LsArgs& a, CliContext& ctx) {
   if (!cache) return;
   auto entries = cache->entries(a.pack.empty() ? std::nullopt : std::optional<std::string>(a.pack));
   if (!entries) {
-    std::fprintf(stderr, "soyaos cache ls: %s\n", entries.error().describe().c_str());
+    print_error("cache ls", entries.error());
     ctx.exit_code = 1;
     return;
   }
@@ -107,7 +108,7 @@ void stats(const std::string& format, CliContext& ctx) {
   if (!cache) return;
   auto s = cache->stats();
   if (!s) {
-    std::fprintf(stderr, "soyaos cache stats: %s\n", s.error().describe().c_str());
+    print_error("cache stats", s.error());
     ctx.exit_code = 1;
     return;
   }
@@ -134,7 +135,7 @@ void clear(const std::string& pack, CliContext& ctx) {
   if (!cache) return;
   auto removed = cache->clear(pack.empty() ? std::nullopt : std::optional<std::string>(pack));
   if (!removed) {
-    std::fprintf(stderr, "soyaos cache clear: %s\n", removed.error().describe().c_str());
+    print_error("cache clear", removed.error());
     ctx.exit_code = 1;
     return;
   }

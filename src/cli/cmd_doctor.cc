@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "comet/cgroup.h"
 #include "comet/landlock.h"
 #include "comet/network.h"
@@ -65,7 +66,7 @@ Probe probe_network_layer() {
         if (int err = try_unshare(CLONE_NEWNET); err != 0) return err;
         auto fds = comet::setup_sandbox_network(comet::NetworkPlan{});
         if (!fds) {
-          std::fprintf(stderr, "soyaos doctor: %s\n", fds.error().describe().c_str());
+          print_error("doctor", fds.error());
           return fds.error().err == 0 ? EIO : fds.error().err;
         }
         return 0;

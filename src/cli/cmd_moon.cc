@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "moon/live_runs.h"
 #include "moon/config.h"
 #include "moon/registry.h"
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 int check(const std::string& key_file) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos moon check: %s\n", home.error().describe().c_str());
+    print_error("moon check", home.error());
     return 1;
   }
   std::vector<std::string> findings;
@@ -91,7 +92,7 @@ bool load_operator_network(const fs::path& home, policy::OperatorNetwork& networ
   if (!loaded.config) {
     for (const auto& d : loaded.errors) std::fprintf(stderr, "%s\n", d.format().c_str());
     const std::string file = loaded.errors.empty() ? (home / "moon.yaml").string() : loaded.errors.front().file;
-    std::fprintf(stderr, "soyaos: moon configuration invalid: %s\n", file.c_str());
+    print_error("", "moon configuration invalid: " + file);
     return false;
   }
   network = std::move(loaded.config->network);

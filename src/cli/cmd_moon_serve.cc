@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "comet/network.h"
 #include "cli/remote_flags.h"
 #include "common/text.h"
@@ -60,7 +61,7 @@ std::chrono::milliseconds flag_publish_interval() {
 int serve(const ServeArgs& a) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos moon serve: %s\n", home.error().describe().c_str());
+    print_error("moon serve", home.error());
     return 1;
   }
   moon::ServeOptions opt;
@@ -127,7 +128,7 @@ int serve(const ServeArgs& a) {
   pub->cv.notify_all();
   publisher.join();
   if (!s) {
-    std::fprintf(stderr, "soyaos moon serve: %s\n", s.error().describe().c_str());
+    print_error("moon serve", s.error());
     return 1;
   }
   return 0;
@@ -150,17 +151,17 @@ std::string uptime(int64_t s) {
 int status(const std::string& format) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos moon status: %s\n", home.error().describe().c_str());
+    print_error("moon status", home.error());
     return 1;
   }
   auto m = moon::open_moon(*home);
   if (!m) {
-    std::fprintf(stderr, "soyaos moon status: %s\n", m.error().describe().c_str());
+    print_error("moon status", m.error());
     return 1;
   }
   auto st = (*m)->status();
   if (!st) {
-    std::fprintf(stderr, "soyaos moon status: %s\n", st.error().describe().c_str());
+    print_error("moon status", st.error());
     return 1;
   }
   if (format == "json") {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
 
@@ -326,7 +327,7 @@ int run_init(const InitArgs& a) {
       }
     }
     if (auto r = write_new(target, f.content, f.mode); !r) {
-      std::fprintf(stderr, "soyaos pack init: %s\n", escape_for_terminal(r.error().describe()).c_str());
+      print_error("pack init", r.error());
       return 1;
     }
   }

@@ -39,6 +39,7 @@
 #include "cli/commands.h"
 #include "cli/pack_runs.h"
 #include "cli/pack_unused.h"
+#include "cli/print_error.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
 #include "common/text.h"
@@ -197,7 +198,7 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
   }
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos pack learn: moon: %s\n", home.error().describe().c_str());
+    print_error("pack learn", "moon: " + home.error().describe());
     return supervisor::kExitSetup;
   }
   policy::OperatorNetwork network;
@@ -205,7 +206,7 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
   if (!load_operator_network(*home, network, &config_digest)) return supervisor::kExitSetup;
   std::error_code ec;
   if (!fs::is_directory(a.pack, ec)) {
-    std::fprintf(stderr, "soyaos pack learn: %s: no such pack directory\n", a.pack.c_str());
+    print_error("pack learn", a.pack + ": no such pack directory");
     return 1;
   }
   const fs::path pack_dir = a.pack;
@@ -218,7 +219,7 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
   const fs::path manifest_file = pack_dir / "soyapack.yaml";
   auto original = read_text(manifest_file);
   if (!original) {
-    std::fprintf(stderr, "soyaos pack learn: %s\n", original.error().describe().c_str());
+    print_error("pack learn", original.error());
     return 1;
   }
 
@@ -232,19 +233,19 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
     PackRunSpec r{"the run", {}, ctx.passthrough};
     for (const auto& in : a.inputs) r.inputs.push_back(policy::parse_input_arg(in));
     if (auto targets = policy::input_targets(r.inputs); !targets) {
-      std::fprintf(stderr, "soyaos pack learn: %s\n", targets.error().describe().c_str());
+      print_error("pack learn", targets.error());
       return kExitUsage;
     }
     runs.push_back(std::move(r));
   }
   auto secrets = resolve_secrets(m, a.secrets, *home);
   if (secrets.exit_code != 0) {
-    std::fprintf(stderr, "soyaos pack learn: %s\n", secrets.error.c_str());
+    print_error("pack learn", secrets.error);
     return secrets.exit_code;
   }
   auto hooks = moon_run_hooks(*home);
   if (!hooks) {
-    std::fprintf(stderr, "soyaos pack learn: moon: %s\n", hooks.error().describe().c_str());
+    print_error("pack learn", "moon: " + hooks.error().describe());
     return supervisor::kExitSetup;
   }
 

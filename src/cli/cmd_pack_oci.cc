@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/print_error.h"
 #include "cli/remote_flags.h"
 #include "cli/remote_gate.h"
 #include "cli/remote_packs.h"
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 int fail(const char* cmd, const std::string& what) {
-  std::fprintf(stderr, "soyaos %s: %s\n", cmd, escape_for_terminal(what).c_str());
+  print_error(cmd, what);
   return 1;
 }
 

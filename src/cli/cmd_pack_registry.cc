@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "cli/remote_packs.h"
 #include "common/text.h"
 #include "manifest/manifest.h"
@@ -30,7 +31,7 @@ Result<std::unique_ptr<moon::MoonBackend>> open_registry() {
 }
 
 int fail(const char* cmd, const Error& e) {
-  std::fprintf(stderr, "soyaos pack %s: %s\n", cmd, e.describe().c_str());
+  print_error(std::string("pack ") + cmd, e);
   return 1;
 }
 
@@ -38,7 +39,7 @@ int fail(const char* cmd, const Error& e) {
 std::optional<moon::PackRef> ref_or_usage(const char* cmd, const std::string& text) {
   std::string why;
   auto ref = moon::parse_ref(text, why);
-  if (!ref) std::fprintf(stderr, "soyaos pack %s: %s\n", cmd, why.c_str());
+  if (!ref) print_error(std::string("pack ") + cmd, why);
   return ref;
 }
 

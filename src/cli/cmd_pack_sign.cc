@@ -27,12 +27,14 @@
 
 #include "cli/commands.h"
 #include "cli/hidden_input.h"
+#include "cli/print_error.h"
 #include "cli/remote_gate.h"
 #include "common/digest.h"
 #include "common/minisign.h"
 #include "common/secret_bytes.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
+#include "manifest/diagnostic_text.h"
 #include "manifest/manifest.h"
 #include "moon/backend.h"
 #include "moon/consent.h"
@@ -103,7 +105,7 @@ Result<Remote> resolve_remote(const fs::path& home, const std::string& text) {
 }
 
 int sign_fail(const Error& e) {
-  std::fprintf(stderr, "soyaos pack sign: %s\n", e.describe().c_str());
+  print_error("pack sign", e);
   return 1;
 }
 
@@ -166,7 +168,7 @@ int run_sign(const std::string& ref_text, const std::string& key_file, const std
   std::string why;
   auto ref = moon::parse_ref(ref_text, why);
   if (!ref) {
-    std::fprintf(stderr, "soyaos pack sign: %s\n", why.c_str());
+    print_error("pack sign", why);
     return kExitUsage;
   }
   auto home = moon::default_home();
@@ -213,7 +215,7 @@ Result<Side> load_side(const std::string& text) {
   if (fs::is_directory(text, ec)) {
     auto loaded = manifest::load_pack(text);
     if (!loaded.manifest) {
-      std::string first = loaded.errors.empty() ? "invalid manifest" : loaded.errors.front().format();
+      std::string first = loaded.errors.empty() ? "invalid manifest" : manifest::raw_text(loaded.errors.front());
       return make_error(text + ": " + first);
     }
     return Side{text, std::move(*loaded.manifest)};
@@ -245,12 +247,12 @@ Result<Side> load_side(const std::string& text) {
 int run_diff(const std::string& a_text, const std::string& b_text, bool exit_code, const std::string& format) {
   auto a = load_side(a_text);
   if (!a) {
-    std::fprintf(stderr, "soyaos pack diff: %s\n", a.error().describe().c_str());
+    print_error("pack diff", a.error());
     return kExitUsage;
   }
   auto b = load_side(b_text);
   if (!b) {
-    std::fprintf(stderr, "soyaos pack diff: %s\n", b.error().describe().c_str());
+    print_error("pack diff", b.error());
     return kExitUsage;
   }
   const auto diff = policy::diff_capabilities(a->manifest, b->manifest);
@@ -279,7 +281,7 @@ int run_approve(const std::string& ref_text) {
   if (!home) return sign_fail(home.error());
   auto remote = resolve_remote(*home, ref_text);
   if (!remote) {
-    std::fprintf(stderr, "soyaos pack approve: %s\n", escape_for_terminal(remote.error().describe()).c_str());
+    print_error("pack approve", remote.error());
     return 1;
   }
   const GateDecision d = approve_remote_pack(remote->pack, remote->client, *home);

@@ -36,6 +36,7 @@
 
 #include "cli/commands.h"
 #include "cli/pack_runs.h"
+#include "cli/print_error.h"
 #include "cli/remote_packs.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
@@ -444,7 +445,7 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   (void)::signal(SIGPIPE, SIG_IGN);
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos pack test: moon: %s\n", home.error().describe().c_str());
+    print_error("pack test", "moon: " + home.error().describe());
     return supervisor::kExitSetup;
   }
   // The operator's network policy (moon.yaml, C6a) applies to every example's Comet.
@@ -461,19 +462,19 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
     // path that is neither a directory nor a reference is "no such pack directory", 1.)
     auto remote = remote_pack_dir(*home, a.pack);
     if (remote.dir.empty()) {
-      std::fprintf(stderr, "soyaos pack test: %s\n", escape_for_terminal(remote.error).c_str());
+      print_error("pack test", remote.error);
       return remote.exit_code != 0 ? remote.exit_code : supervisor::kExitSetup;
     }
     pack_dir = remote.dir;
   } else if (a.pack.find('@') != std::string::npos) {
     auto dir = pack_dir_for_ref(*home, a.pack);
     if (!dir) {
-      std::fprintf(stderr, "soyaos pack test: %s\n", dir.error().describe().c_str());
+      print_error("pack test", dir.error());
       return 1;
     }
     pack_dir = *dir;
   } else {
-    std::fprintf(stderr, "soyaos pack test: %s: no such pack directory (or NAME@VERSION)\n", a.pack.c_str());
+    print_error("pack test", a.pack + ": no such pack directory (or NAME@VERSION)");
     return 1;
   }
   auto loaded = manifest::load_pack(pack_dir);
@@ -493,12 +494,12 @@ int run_test(const TestArgs& a, const CliContext& ctx) {
   // value that cannot be found).
   auto secrets = resolve_secrets(m, a.secrets, *home);
   if (secrets.exit_code != 0) {
-    std::fprintf(stderr, "soyaos pack test: %s\n", secrets.error.c_str());
+    print_error("pack test", secrets.error);
     return secrets.exit_code;
   }
   auto hooks = moon_run_hooks(*home);
   if (!hooks) {
-    std::fprintf(stderr, "soyaos pack test: moon: %s\n", hooks.error().describe().c_str());
+    print_error("pack test", "moon: " + hooks.error().describe());
     return supervisor::kExitSetup;
   }
 

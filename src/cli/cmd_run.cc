@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "cli/remote_flags.h"
 #include "cli/remote_packs.h"
 #include "cli/run_cache.h"
@@ -226,7 +227,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   // the run does not start (E4: events are never lost silently).
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos: moon: %s\n", home.error().describe().c_str());
+    print_error("", "moon: " + home.error().describe());
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }
@@ -243,7 +244,7 @@ void run(const RunArgs& a, CliContext& ctx) {
     // REGISTRY/REPO[:TAG|@DIGEST]: pulled on first use, offline afterwards (C12).
     auto remote = remote_pack_dir(*home, a.pack);
     if (remote.dir.empty()) {
-      std::fprintf(stderr, "soyaos: %s\n", escape_for_terminal(remote.error).c_str());
+      print_error("", remote.error);
       ctx.exit_code = remote.exit_code != 0 ? remote.exit_code : supervisor::kExitSetup;
       return;
     }
@@ -251,13 +252,13 @@ void run(const RunArgs& a, CliContext& ctx) {
   } else if (a.pack.find('@') != std::string::npos) {
     auto dir = pack_dir_for_ref(*home, a.pack);  // NAME@VERSION from the registry
     if (!dir) {
-      std::fprintf(stderr, "soyaos: %s\n", dir.error().describe().c_str());
+      print_error("", dir.error());
       ctx.exit_code = supervisor::kExitSetup;
       return;
     }
     req.pack_dir = *dir;
   } else {
-    std::fprintf(stderr, "soyaos: %s: no such pack directory (or NAME@VERSION)\n", a.pack.c_str());
+    print_error("", a.pack + ": no such pack directory (or NAME@VERSION)");
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }
@@ -268,13 +269,13 @@ void run(const RunArgs& a, CliContext& ctx) {
   req.loaded = &loaded;
   for (const auto& in : a.inputs) req.options.inputs.push_back(policy::parse_input_arg(in));
   if (auto targets = policy::input_targets(req.options.inputs); !targets) {
-    std::fprintf(stderr, "soyaos: %s\n", targets.error().describe().c_str());
+    print_error("", targets.error());
     ctx.exit_code = kExitUsage;
     return;
   }
   if (!a.out.empty()) {
     if (auto why = check_out_dir(a.out); !why.empty()) {
-      std::fprintf(stderr, "soyaos: --out %s\n", why.c_str());
+      print_error("", "--out " + why);
       ctx.exit_code = kExitUsage;
       return;
     }
@@ -282,7 +283,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   } else if (pack_collects_out(loaded)) {
     // The default ./soyaos-out/RUN_ID is new by construction; ./soyaos-out must be usable.
     if (auto why = check_out_dir(fs::path("soyaos-out") / "RUN_ID"); !why.empty()) {
-      std::fprintf(stderr, "soyaos: the default --out, %s; give --out DIR\n", why.c_str());
+      print_error("", "the default --out, " + why + "; give --out DIR");
       ctx.exit_code = kExitUsage;
       return;
     }
@@ -293,7 +294,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   if (loaded.manifest) {
     auto resolved = resolve_secrets(*loaded.manifest, a.secrets, *home);
     if (resolved.exit_code != 0) {
-      std::fprintf(stderr, "soyaos: %s\n", resolved.error.c_str());
+      print_error("", resolved.error);
       ctx.exit_code = resolved.exit_code;
       return;
     }
@@ -324,7 +325,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   // After the cache: a replay needs none of the registry (hooks are for a real run).
   auto hooks = moon_run_hooks(*home);
   if (!hooks) {
-    std::fprintf(stderr, "soyaos: moon: %s\n", hooks.error().describe().c_str());
+    print_error("", "moon: " + hooks.error().describe());
     ctx.exit_code = supervisor::kExitSetup;
     return;
   }
@@ -356,8 +357,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   }
   print_stop(report);
   if (report.outcome.ending == supervisor::Ending::exec_failed) {
-    std::fprintf(stderr, "soyaos: the runtime could not be executed: %s\n",
-                 Error{report.outcome.exec_errno, "execve"}.describe().c_str());
+    print_error("", "the runtime could not be executed: " + Error{report.outcome.exec_errno, "execve"}.describe());
   }
   print_summary(report);
   trace_phase("reported");

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "common/digest.h"
 #include "common/text.h"
 #include "moon/backend.h"
@@ -283,7 +284,7 @@ int print_manifest(const QueryArgs& a, moon::MoonBackend& moon) {
   q.first = true;
   auto started = moon.query_events(q);
   if (!started) {
-    std::fprintf(stderr, "soyaos scope query: %s\n", started.error().describe().c_str());
+    print_error("scope query", started.error());
     return 1;
   }
   if (started->empty()) {
@@ -300,7 +301,7 @@ int print_manifest(const QueryArgs& a, moon::MoonBackend& moon) {
   }
   auto text = moon.manifest(digest);
   if (!text) {
-    std::fprintf(stderr, "soyaos scope query: %s\n", text.error().describe().c_str());
+    print_error("scope query", text.error());
     return 1;
   }
   if (!*text) {
@@ -341,19 +342,19 @@ int run_query(const QueryArgs& a) {
   }
   auto store = open_events();
   if (!store) {
-    std::fprintf(stderr, "soyaos scope query: %s\n", store.error().describe().c_str());
+    print_error("scope query", store.error());
     return 1;
   }
   if (a.manifest) return print_manifest(a, **store);
   auto q = build_query(a.f, **store);
   if (!q) {
-    std::fprintf(stderr, "soyaos scope query: %s\n", q.error().describe().c_str());
+    print_error("scope query", q.error());
     return kExitUsage;
   }
   q->limit = a.limit;
   auto events = (*store)->query_events(*q);
   if (!events) {
-    std::fprintf(stderr, "soyaos scope query: %s\n", events.error().describe().c_str());
+    print_error("scope query", events.error());
     return 1;
   }
   Printer printer(a.f.format, **store);
@@ -366,17 +367,17 @@ int run_query(const QueryArgs& a) {
 int run_tail(bool follow, int64_t lines, const Filters& f) {
   auto store = open_events();
   if (!store) {
-    std::fprintf(stderr, "soyaos scope tail: %s\n", store.error().describe().c_str());
+    print_error("scope tail", store.error());
     return 1;
   }
   auto base = build_query(f, **store);
   if (!base) {
-    std::fprintf(stderr, "soyaos scope tail: %s\n", base.error().describe().c_str());
+    print_error("scope tail", base.error());
     return kExitUsage;
   }
   Printer printer(f.format, **store);
   auto fail = [](const Error& e) {
-    std::fprintf(stderr, "soyaos scope tail: %s\n", e.describe().c_str());
+    print_error("scope tail", e);
     return 1;
   };
   int64_t last = base->after_seq;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "moon/audit.h"
 #include "moon/chain.h"
 #include "moon/store.h"
@@ -29,7 +30,7 @@ constexpr size_t kMaxLines = 1000;
 int verify(const std::string& run, const std::string& key_file) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos scope verify: %s\n", home.error().describe().c_str());
+    print_error("scope verify", home.error());
     return 1;
   }
   if (!fs::exists(*home / "moon.db")) {
@@ -40,7 +41,7 @@ int verify(const std::string& run, const std::string& key_file) {
   auto audit = audit_record_lines(*home, run.empty() ? std::nullopt : std::optional<std::string>(run), key_file,
                                   findings);
   if (!audit) {
-    std::fprintf(stderr, "soyaos scope verify: %s\n", audit.error().describe().c_str());
+    print_error("scope verify", audit.error());
     return 1;
   }
   return print_findings(findings, *audit) ? (findings.empty() ? 0 : 1) : 1;

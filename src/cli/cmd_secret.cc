@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/hidden_input.h"
+#include "cli/print_error.h"
 #include "moon/secret_store.h"
 #include "moon/store.h"
 
@@ -25,7 +26,7 @@ std::string utc(int64_t t) {
 int set(const std::string& name) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos secret set: %s\n", home.error().describe().c_str());
+    print_error("secret set", home.error());
     return 1;
   }
   if (!moon::SecretStore::valid_name(name)) {
@@ -34,7 +35,7 @@ int set(const std::string& name) {
   }
   auto value = read_hidden_stdin("Value for " + name + " (not echoed, end with Enter): ");
   if (!value) {
-    std::fprintf(stderr, "soyaos secret set %s: %s\n", name.c_str(), value.error().describe().c_str());
+    print_error("secret set", name + ": " + value.error().describe());
     return 1;
   }
   if (value->empty()) {
@@ -44,7 +45,7 @@ int set(const std::string& name) {
   }
   const moon::SecretStore store(*home);
   if (auto s = store.set(name, *value); !s) {
-    std::fprintf(stderr, "soyaos secret set %s: %s\n", name.c_str(), s.error().describe().c_str());
+    print_error("secret set", name + ": " + s.error().describe());
     return 1;
   }
   std::fprintf(stderr, "soyaos: secret %s stored (%zu bytes) in %s\n", name.c_str(), value->size(),
@@ -55,12 +56,12 @@ int set(const std::string& name) {
 int ls(bool json) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos secret ls: %s\n", home.error().describe().c_str());
+    print_error("secret ls", home.error());
     return 1;
   }
   auto entries = moon::SecretStore(*home).list();
   if (!entries) {
-    std::fprintf(stderr, "soyaos secret ls: %s\n", entries.error().describe().c_str());
+    print_error("secret ls", entries.error());
     return 1;
   }
   std::string out;
@@ -82,7 +83,7 @@ int ls(bool json) {
 int rm(const std::string& name) {
   auto home = moon::default_home();
   if (!home) {
-    std::fprintf(stderr, "soyaos secret rm: %s\n", home.error().describe().c_str());
+    print_error("secret rm", home.error());
     return 1;
   }
   if (!moon::SecretStore::valid_name(name)) {
@@ -91,7 +92,7 @@ int rm(const std::string& name) {
   }
   auto removed = moon::SecretStore(*home).remove(name);
   if (!removed) {
-    std::fprintf(stderr, "soyaos secret rm %s: %s\n", name.c_str(), removed.error().describe().c_str());
+    print_error("secret rm", name + ": " + removed.error().describe());
     return 1;
   }
   if (!*removed) {

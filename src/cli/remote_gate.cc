@@ -16,6 +16,7 @@
 
 #include "cli/remote_flags.h"
 #include "common/text.h"
+#include "manifest/diagnostic_text.h"
 #include "moon/backend.h"
 #include "moon/config.h"
 #include "moon/consent.h"
@@ -120,7 +121,7 @@ struct Judge {
       : pack(p), repository(p.ref.scope()), reference(p.ref.str()), use(u) {
     auto cfg = moon::load_moon_config(home);
     if (!cfg.config) {
-      error = "moon configuration invalid: " + (cfg.errors.empty() ? std::string() : cfg.errors.front().format());
+      error = "moon configuration invalid: " + (cfg.errors.empty() ? std::string() : manifest::raw_text(cfg.errors.front()));
       return;
     }
     config = std::move(*cfg.config);
@@ -316,7 +317,7 @@ GateDecision remote_pack_gate(const GateRequest& req) {
 Result<ConsentSummary> consent_summary(const oci::RemotePack& pack, const std::filesystem::path& home) {
   auto cfg = moon::load_moon_config(home);
   if (!cfg.config) {
-    return make_error("moon configuration invalid: " + (cfg.errors.empty() ? std::string() : cfg.errors.front().format()));
+    return make_error("moon configuration invalid: " + (cfg.errors.empty() ? std::string() : manifest::raw_text(cfg.errors.front())));
   }
   auto m = moon::open_moon(home);
   if (!m) return m.error();

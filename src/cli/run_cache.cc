@@ -1,3 +1,4 @@
+#include "cli/print_error.h"
 #include "cli/run_cache.h"
 
 #include <unistd.h>
@@ -37,7 +38,7 @@ struct RunCache::State {
 
 namespace {
 
-void warn(const std::string& what) { std::fprintf(stderr, "soyaos: cache: %s\n", what.c_str()); }
+void warn(const std::string& what) { print_error("", "cache: " + what); }
 
 std::string hostname() {
   char buf[256] = {};
@@ -225,7 +226,7 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
   if (!problem || !problem->empty()) {
     const std::string why = problem ? *problem : "the record cannot be read: " + problem.error().describe();
     warn("entry " + s_->key.substr(0, 12) + " (credited to run " + h.run_id + ") is not replayed: " +
-         escape_for_terminal(why) + "; running");
+         why + "; running");
     // Only a proven forgery is dropped; an unreadable record leaves the entry for later.
     const bool dropped = problem && s_->cache->drop(s_->key, true);
     (void)s_->cache->count_miss();
@@ -238,7 +239,7 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
   scope::EventSink sink;
   for (const auto& f : s_->event_files) {
     if (auto st = sink.add_file(f); !st) {
-      std::fprintf(stderr, "soyaos: %s\n", st.error().describe().c_str());
+      print_error("", st.error());
       return supervisor::kExitSetup;
     }
   }
@@ -277,7 +278,7 @@ std::optional<int> RunCache::replay(const supervisor::RunRequest& /*request*/) {
   if (st) st = sink.flush();
   if (st) st = s_->moon->append_events(std::span<const nlohmann::ordered_json>(&event, 1));
   if (!st) {
-    std::fprintf(stderr, "soyaos: events: %s\n", st.error().describe().c_str());
+    print_error("", "events: " + st.error().describe());
     return supervisor::kExitSetup;
   }
   trace_phase("cache_hit_durable");

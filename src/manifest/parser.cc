@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "common/text.h"
+#include "manifest/diagnostic_text.h"
 #include "manifest/manifest.h"
 #include "manifest/parser_secrets.h"
 #include "manifest/rules.h"
@@ -23,15 +24,17 @@ namespace soyaos::manifest {
 // Escaped for a terminal (common/text.h): a key path and a message quote the pack's own text,
 // and a hostile pack's key "\e[2J…\n" must not clear a reviewer's screen or start a line of
 // its own. Every caller prints this line or carries it in an error message.
-std::string Diagnostic::format() const {
-  std::string out = file;
-  if (mark.line > 0) {
-    out += ':' + std::to_string(mark.line) + ':' + std::to_string(mark.column);
+std::string Diagnostic::format() const { return escape_for_terminal(raw_text(*this)); }
+
+std::string raw_text(const Diagnostic& d) {
+  std::string out = d.file;
+  if (d.mark.line > 0) {
+    out += ':' + std::to_string(d.mark.line) + ':' + std::to_string(d.mark.column);
   }
   out += ": error: ";
-  if (!key_path.empty()) out += key_path + ": ";
-  out += message;
-  return escape_for_terminal(out);
+  if (!d.key_path.empty()) out += d.key_path + ": ";
+  out += d.message;
+  return out;
 }
 
 namespace {

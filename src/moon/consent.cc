@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/text.h"
+#include "manifest/diagnostic_text.h"
 #include "manifest/manifest.h"
 #include "scope/events.h"
 
@@ -26,7 +27,7 @@ std::string host_name() {
 Result<manifest::Manifest> parse_pack_manifest(const std::string& text, const std::string& what) {
   auto parsed = manifest::parse_manifest(text, "soyapack.yaml");
   if (!parsed.manifest) {
-    std::string first = parsed.errors.empty() ? "invalid" : parsed.errors.front().format();
+    std::string first = parsed.errors.empty() ? "invalid" : manifest::raw_text(parsed.errors.front());
     return make_error("the manifest of " + what + " does not parse: " + first);
   }
   return std::move(*parsed.manifest);

@@ -13,6 +13,7 @@
 
 #include "moon/chain.h"
 #include "common/digest.h"
+#include "common/text.h"
 #include "moon/semver.h"
 #include "scope/events.h"
 
@@ -257,7 +258,7 @@ Status Store::flush_head() {
     if (!head_warned_) {
       head_warned_ = true;
       std::fprintf(stderr, "soyaos: warning: events stored, but the Scope head file was not updated: %s\n",
-                   s.error().describe().c_str());
+                   escape_for_terminal(s.error().describe()).c_str());  // E7: the path is SOYAOS_HOME's
     }
   }
   return {};

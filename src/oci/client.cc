@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/digest.h"
+#include "manifest/diagnostic_text.h"
 #include "moon/config.h"
 #include "oci/client_internal.h"
 #include "oci/reference.h"
@@ -110,9 +111,9 @@ Result<ClientOptions> options_for(const std::filesystem::path& home, const std::
   ClientOptions o;
   auto cfg = moon::load_moon_config(home);
   if (!cfg.config) {
-    std::string msg = "moon configuration invalid";
-    for (const auto& e : cfg.errors) msg += "\n" + e.format();
-    return make_error(msg);
+    // One line, the first diagnostic raw (escaped where it is printed), as remote_gate.cc says it.
+    return make_error("moon configuration invalid: " +
+                      (cfg.errors.empty() ? std::string() : manifest::raw_text(cfg.errors.front())));
   }
   o.insecure_hosts = cfg.config->insecure_registries;
   if (const char* env = std::getenv("SOYAOS_INSECURE_REGISTRIES"); env != nullptr) {

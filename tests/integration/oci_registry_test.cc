@@ -322,6 +322,24 @@ TEST_F(OciHostileRegistry, WrongMediaTypeIsRefused) {
   EXPECT_NE(r.err.find("has media type \"application/vnd.docker.distribution.manifest.v2+json\""), std::string::npos) << r.err;
 }
 
+// E7: the registry's own error text reaches the terminal escaped once, at the print boundary
+// (cli/print_error.h): a C1 CSI as \u{009B}, a backslash as \\ (not doubled); the client already
+// turns C0 controls into '?'. No ESC, CR, BEL or C1 byte on stderr or stdout.
+TEST_F(OciHostileRegistry, ARegistrysErrorTextIsEscapedOnce) {
+  serve("hostileerror");
+  auto r = pull("x");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  for (const std::string& raw : {std::string("\x1b"), std::string("\r"), std::string("\a"), std::string("\xc2\x9b")}) {
+    EXPECT_EQ(r.err.find(raw), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find(raw), std::string::npos) << r.out;
+  }
+  const std::string shown = "DENIED: m\\u{009B}2J?]0;t?? a\\\\b)";
+  const auto at = r.err.find(shown);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(shown, at + 1), std::string::npos) << "printed twice: " << r.err;
+  EXPECT_EQ(r.err.find("\\\\\\"), std::string::npos) << "escaped twice: " << r.err;
+}
+
 TEST_F(OciHostileRegistry, ManifestRedirectToAnotherHostIsRefused) {
   serve("redirect");
   auto r = pull("x");
