@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/print_error.h"
+#include "manifest/diagnostic_text.h"
 #include "moon/live_runs.h"
 #include "moon/config.h"
 #include "moon/registry.h"
@@ -38,7 +39,7 @@ int check(const std::string& key_file) {
   std::string verified;
 
   const moon::MoonConfigLoad config = moon::load_moon_config(*home);
-  for (const auto& d : config.errors) findings.push_back(d.format());
+  for (const auto& d : config.errors) findings.push_back(manifest::raw_text(d));  // escaped when printed
 
   // Only an existing database is checked: opening one would create it, and a home with
   // no moon.db has no registry to verify.

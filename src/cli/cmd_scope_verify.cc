@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/print_error.h"
+#include "common/text.h"
 #include "moon/audit.h"
 #include "moon/chain.h"
 #include "moon/store.h"
@@ -78,10 +79,9 @@ Result<std::string> audit_record_lines(const fs::path& home, const std::optional
 bool print_findings(const std::vector<std::string>& findings, const std::string& verified) {
   std::string out;
   for (size_t i = 0; i < findings.size() && i < kMaxLines; ++i) {
-    std::string line = findings[i];  // one problem, one line, whatever its text holds
-    for (char& c : line)
-      if (c == '\n' || c == '\r') c = ' ';
-    out += line + "\n";
+    // One problem, one line, whatever its text holds: a finding quotes what the store holds
+    // (run ids, pack names, paths), raw, and is escaped here, once (E7), a newline or CR too.
+    out += escape_for_terminal(findings[i]) + "\n";
   }
   if (findings.size() > kMaxLines) out += "... " + std::to_string(findings.size() - kMaxLines) + " more\n";
   if (findings.empty()) {

@@ -78,6 +78,22 @@ TEST_F(CliRunTest, EverythingAfterDashDashGoesToTheAgentWhateverPrecedesIt) {
   EXPECT_NE(r3.err.find("--mount /tmp:/data"), std::string::npos) << r3.err;
 }
 
+// E7: the refusal quotes the --out path; a name holding ESC, BEL, CR and a backslash is
+// printed escaped once (no raw control byte, the backslash as \\ not \\\\). Named to run
+// rootless too (the ctest filter takes CliRunTest.ANonEmptyOutIsRefused*).
+TEST_F(CliRunTest, ANonEmptyOutIsRefusedWithItsNameEscapedOnce) {
+  dir_.write("o\x1b]0;t\a\r a\\b/old.txt", "old");
+  const fs::path out = dir_.path() / "o\x1b]0;t\a\r a\\b";
+  auto r = soyaos({"run", pack_.string(), "--out", out.string(), "--", "write", "/workdir/out/new.txt"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(r.err.find(c), std::string::npos) << r.err;
+  const std::string shown = "soyaos: --out " + (dir_.path() / "o\\x1B]0;t\\x07\\r a\\\\b").string() + ": not empty";
+  const auto at = r.err.find(shown);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(shown, at + 1), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(out / "old.txt"), "old");
+}
+
 TEST_F(CliRunTest, ANonEmptyOutIsRefusedBeforeAnythingRuns) {
   fs::path out = dir_.path() / "stale";
   dir_.write("stale/old.txt", "old");

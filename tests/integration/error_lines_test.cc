@@ -50,7 +50,7 @@ void expect_escaped_once(const RunOutput& r, const std::string& shown, const std
 
 TEST(ErrorLines, AnOperatorsArgumentIsEscapedOnce) {
   TempDir t;
-  const std::map<std::string, std::string> env = {{"SOYAOS_HOME", (t.path() / "home").string()}};
+  const std::map<std::string, std::string> env = {{"SOYAOS_HOME", (t.path() / "home").string()}, {"SOYAOS_MOON_CONFIG", ""}};
   const std::string dir = (t.path() / kHostile).string();
   const std::string dir_shown = (t.path() / kShown).string();
 
@@ -85,7 +85,7 @@ TEST(ErrorLines, APackFilesNameIsEscapedOnce) {
   t.write("pack/main.py", "print('hi')\n");
   const fs::path fifo = t.path() / "pack" / kHostile;
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  auto r = run_soyaos({"pack", "push", (t.path() / "pack").string()}, {{"SOYAOS_HOME", (t.path() / "home").string()}});
+  auto r = run_soyaos({"pack", "push", (t.path() / "pack").string()}, {{"SOYAOS_HOME", (t.path() / "home").string()}, {"SOYAOS_MOON_CONFIG", ""}});
   EXPECT_NE(r.exit_code, 0) << r.err;
   expect_escaped_once(r, "special file: " + kShown, "pack push");
 }
@@ -99,7 +99,7 @@ TEST(ErrorLines, ADiagnosticsBackslashIsPrintedOnce) {
   t.write("a/main.py", "");
   t.write("b/soyapack.yaml", kManifest);
   t.write("b/main.py", "");
-  const std::map<std::string, std::string> env = {{"SOYAOS_HOME", (t.path() / "home").string()}};
+  const std::map<std::string, std::string> env = {{"SOYAOS_HOME", (t.path() / "home").string()}, {"SOYAOS_MOON_CONFIG", ""}};
   auto r = run_soyaos({"pack", "diff", (t.path() / "a").string(), (t.path() / "b").string()}, env);
   EXPECT_NE(r.exit_code, 0) << r.err;
   expect_escaped_once(r, ":1:1: error: k\\x1B]0;t\\x07\\r a\\\\b: unknown key", "pack diff");

@@ -135,6 +135,20 @@ TEST_F(MoonCheck, BadConfigIsReportedWithLineAndColumn) {
                        file + ":4:3: error: proxy.alow: unknown key (allowed: allow)\n2 problems\n");
 }
 
+// E7: a finding quotes the configuration's own key raw and is escaped once where it is
+// printed: no ESC, BEL or CR byte on stdout, the backslash as \\ (not doubled), one line.
+TEST_F(MoonCheck, AHostileKeyIsOneFindingEscapedOnce) {
+  write_config("\"k\\e]0;t\\a\\r\\n a\\\\b\": 1\n");
+  auto r = soyaos({"moon", "check"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  const std::string file = (home() / "moon.yaml").string();
+  for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(r.out.find(c), std::string::npos) << r.out;
+  const auto l = lines(r.out);
+  ASSERT_EQ(l.size(), 2u) << r.out;
+  EXPECT_EQ(l[0].rfind(file + ":1:1: error: k\\x1B]0;t\\x07\\r\\n a\\\\b: unknown key (allowed: ", 0), 0u) << r.out;
+  EXPECT_EQ(l[1], "1 problem");
+}
+
 TEST_F(MoonCheck, MissingConfigNamedByTheEnvironmentIsAProblem) {
   const std::string missing = (t_.path() / "nope.yaml").string();
   auto r = soyaos({"moon", "check"}, {{"SOYAOS_MOON_CONFIG", missing}});
