@@ -371,7 +371,8 @@ GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& clien
   const std::string against = c->last ? "the approved " + c->last->reference : "nothing (first version)";
   d.lines.push_back("--- " + against);
   d.lines.push_back("+++ " + j.reference);
-  std::string text = policy::format_diff_text(j.shown(*c));
+  // Raw: d.lines are escaped where they are printed (pack approve), once.
+  std::string text = policy::format_diff_text(j.shown(*c), /*escape=*/false);
   for (size_t at = 0; at < text.size();) {
     const size_t nl = text.find('\n', at);
     d.lines.push_back(text.substr(at, nl - at));

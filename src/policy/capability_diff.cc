@@ -141,7 +141,7 @@ CapabilityDiff diff_capabilities(const Manifest& from, const Manifest& to) {
   return d;
 }
 
-std::string format_diff_text(const CapabilityDiff& diff) {
+std::string format_diff_text(const CapabilityDiff& diff, bool escape) {
   std::string out;
   for (const auto& c : diff.changes) {
     const char sign = c.kind == ChangeKind::added ? '+' : c.kind == ChangeKind::removed ? '-' : '~';
@@ -157,7 +157,7 @@ std::string format_diff_text(const CapabilityDiff& diff) {
     } else {
       what = c.item;
     }
-    out += std::string(1, sign) + " " + area + " " + escape_for_terminal(what) + (c.wider ? "  (wider)" : "") + "\n";
+    out += std::string(1, sign) + " " + area + " " + (escape ? escape_for_terminal(what) : what) + (c.wider ? "  (wider)" : "") + "\n";
   }
   if (diff.empty()) {
     out += "no capability changes\n";

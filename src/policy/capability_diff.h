@@ -42,8 +42,9 @@ struct CapabilityDiff {
 CapabilityDiff diff_capabilities(const manifest::Manifest& from, const manifest::Manifest& to);
 
 // One line per change ("+ egress    api.example.com:443/https"; "~ tier    read-only ->
-// side-effect  (wider)"), then a summary line; values escaped for a terminal.
-std::string format_diff_text(const CapabilityDiff& diff);
+// side-effect  (wider)"), then a summary line; values escaped for a terminal, or kept raw
+// with escape = false, for lines a caller escapes where it prints them (E7: once, not twice).
+std::string format_diff_text(const CapabilityDiff& diff, bool escape = true);
 
 // The egress entry as the diff names it: "host:port/protocol", "*" for egress: "*".
 std::string egress_key(const manifest::EgressEntry& e);

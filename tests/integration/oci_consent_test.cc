@@ -137,6 +137,18 @@ TEST_F(OciConsent, TrustedScopesNeedASignatureByTheirKey) {
   EXPECT_EQ(refused.back()["data"]["stage"], "run");
 }
 
+// E7: `pack approve` prints the capability diff's lines escaped once (they were escaped when
+// the diff was formatted and again when printed: a backslash in a path showed as \\\\).
+TEST_F(OciConsent, ApproveShowsTheDiffEscapedOnce) {
+  const std::string r1 = ref("team/hello:1.0.0");
+  push(pack("1.0.0", "write: [/workdir/out]", "write: [/workdir/out, \"/workdir/out/a\\\\b\\e\"]"), r1);
+  auto a = soyaos("b", {"pack", "approve", r1});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(a.out.find(c), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("+ fs.write       /workdir/out/a\\\\b\\x1B  (wider)\n"), std::string::npos) << a.out;
+  EXPECT_EQ(a.out.find("\\\\\\"), std::string::npos) << "escaped twice: " << a.out;
+}
+
 TEST_F(OciConsent, FirstAndWiderVersionsWaitForApprovalNarrowerDoNot) {
   const std::string r1 = ref("team/hello:1.0.0"), r2 = ref("team/hello:2.0.0"), r3 = ref("team/hello:3.0.0");
   push(pack("1.0.0"), r1);
