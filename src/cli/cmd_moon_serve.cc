@@ -74,8 +74,10 @@ int serve(const ServeArgs& a) {
   opt.group = a.group;
   opt.max_clients = a.max_clients;
   opt.version = SOYAOS_VERSION;
+  // Every log line is escaped here, once (E7): it quotes what clients sent (an op, a name, an
+  // error of their request) and what registries answered; the callers pass it raw.
   opt.log = [](const std::string& line) {
-    std::fprintf(stderr, "soyaos moon serve: %s  %s\n", scope::now_rfc3339().c_str(), line.c_str());
+    std::fprintf(stderr, "soyaos moon serve: %s  %s\n", scope::now_rfc3339().c_str(), escape_for_terminal(line).c_str());
     (void)std::fflush(stderr);
   };
   // Netfilter's hooks kept enabled while the daemon lives: each Comet's network layer is
@@ -112,9 +114,9 @@ int serve(const ServeArgs& a) {
       // The daemon's own queue (what its clients' runs queued), with the credentials and
       // configuration of the daemon's user and home; no reaping from this thread.
       if (auto m = moon::open_embedded(home, /*reap=*/false); !m) {
-        log("queued flags: " + escape_for_terminal(m.error().describe()));
+        log("queued flags: " + m.error().describe());
       } else {
-        for (const auto& n : publish_queued_flags(**m, home, publish)) log(escape_for_terminal(n));
+        for (const auto& n : publish_queued_flags(**m, home, publish)) log(n);
       }
       lock.lock();
     }

@@ -95,5 +95,34 @@ TEST(MoonDaemonInput, MalformedFieldsFailTheRequestNotTheDaemon) {
   EXPECT_GT(sent, 5000u);
 }
 
+// E7: the daemon's log line quotes what a client sent (here the op of its request) raw no
+// more: escaped once where it is written, no ESC, BEL or CR byte in the log, a backslash
+// shown as \\ (not doubled).
+TEST(MoonDaemonInput, AClientsTextIsEscapedOnceInTheLog) {
+  TempDir dir;
+  const std::string home = (dir.path() / "home").string();
+  const std::string sock = (dir.path() / "moon.sock").string();
+  const fs::path log = dir.path() / "daemon.log";
+  Daemon d;
+  d.start(home, {"--socket", sock}, log);
+  for (int i = 0; i < 500 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(fs::exists(sock)) << read_file(log);
+  {
+    RawClient c(sock);
+    ASSERT_TRUE(c.connected());
+    EXPECT_NE(c.call({{"op", "o\x1b]0;t\a\r a\\b"}}), "");
+  }
+  const std::string shown = "o\\x1B]0;t\\x07\\r a\\\\b";
+  std::string text;
+  for (int i = 0; i < 250 && (text = read_file(log)).find(shown) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(text.find(c), std::string::npos) << text;
+  // The line names the op and the error quotes it: "OP by uid=...: unknown request 'OP'".
+  EXPECT_NE(text.find("  " + shown + " by uid="), std::string::npos) << text;
+  EXPECT_NE(text.find(": unknown request '" + shown + "'\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\\\\\\"), std::string::npos) << "escaped twice: " << text;
+}
+
 }  // namespace
 }  // namespace soyaos::testing
