@@ -342,7 +342,7 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
     std::string err = text_lists(current, run_notes);
     if (add.empty()) err += "nothing to add: the manifest allows everything the runs tried\n";
     if (!edit_error.empty()) {
-      err += "cannot edit soyapack.yaml (" + edit_error + "); add these entries by hand:\n";
+      err += "cannot edit soyapack.yaml (" + shown(edit_error) + "); add these entries by hand:\n";
       for (const auto& e : add.egress) err += "  capabilities.egress: - " + e.yaml + "\n";
       for (const auto& r : add.fs_read) err += "  capabilities.fs.read: - " + shown(r.yaml) + "\n";
       for (const auto& w : add.fs_write) err += "  capabilities.fs.write: - " + shown(w.yaml) + "\n";
@@ -351,14 +351,14 @@ int run_learn(const LearnArgs& a, const CliContext& ctx) {
                shown(tier_comment(*tier)) + ")\n";
       }
     }
-    if (written) err += "wrote " + manifest_file.string() + "\n";
+    if (written) err += "wrote " + shown(manifest_file.string()) + "\n";
     else if (!diff.empty()) err += "(not written: add --write to apply it)\n";
     std::fputs(err.c_str(), stderr);
   } else {
     Json doc = {{"pack", m.name},          {"version", m.version},          {"rounds", rounds},
                 {"stopped", stopped},      {"proposal", proposal_json(current, tier)}, {"diff", valid_utf8(diff)},
                 {"written", written},      {"run_notes", run_notes}};
-    if (!edit_error.empty()) doc["edit_error"] = edit_error;
+    if (!edit_error.empty()) doc["edit_error"] = valid_utf8(edit_error);
     if (!print_out(doc.dump() + "\n")) return 1;
   }
   return failed ? 1 : 0;

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/text.h"
+#include "manifest/diagnostic_text.h"
 #include "manifest/yaml_tree.h"
 
 namespace soyaos::manifest {
@@ -491,8 +492,9 @@ Result<ManifestEdit> edit_manifest(const std::string& text, const ManifestAdditi
   out.diff = unified_diff(old_lines, new_lines, index, label);
   auto check = parse_manifest(out.text, label);
   if (!check.manifest) {
+    // Raw and on one line: an Error is escaped where it is printed (E7), once.
     std::string why = "the edited manifest is not valid:";
-    for (const auto& d : check.errors) why += "\n  " + d.format();
+    for (size_t i = 0; i < check.errors.size(); ++i) why += (i == 0 ? " " : "; ") + raw_text(check.errors[i]);
     return make_error(why, EINVAL);
   }
   return out;
