@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "lint/lint.h"
 #include "lint/report.h"
 #include "manifest/manifest.h"
@@ -52,8 +53,8 @@ int run_lint(const LintArgs& a, const CliContext& ctx) {
     const lint::RuleInfo* rule = lint::find_rule(a.explain);
     if (rule == nullptr) {
       auto all = lint::rules();
-      std::fprintf(stderr, "soyaos pack lint: unknown rule id '%s' (rules are %s to %s; see docs/lint-rules.md)\n",
-                   a.explain.c_str(), std::string(all.front().id).c_str(), std::string(all.back().id).c_str());
+      print_error("pack lint", "unknown rule id '" + a.explain + "' (rules are " + std::string(all.front().id) + " to " +
+                                   std::string(all.back().id) + "; see docs/lint-rules.md)");
       return kExitUsage;
     }
     return print(lint::explain(*rule), stdout) ? 0 : write_failed();

@@ -191,8 +191,7 @@ void publish_run_flag(const fs::path& home, const fs::path& pack_dir, const supe
   // of the run, moon/server_flags.h).
   auto m = moon::open_moon(home);
   if (!m) {
-    std::fprintf(stderr, "soyaos: warning: the flag could not be queued for its registry: %s\n",
-                 escape_for_terminal(m.error().describe()).c_str());
+    print_error("", "warning: the flag could not be queued for its registry: " + m.error().describe());
     return;
   }
   const auto& first = report.violations.front();

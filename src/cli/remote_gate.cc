@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "cli/print_error.h"
 #include "cli/remote_flags.h"
 #include "common/text.h"
 #include "manifest/diagnostic_text.h"
@@ -175,9 +176,8 @@ struct Judge {
         // Not fatal here (this pull or run verified online), but a later offline run would
         // refuse the pack: say so.
         if (auto kept = moon->add_signature(rec, nullptr); !kept) {
-          std::fprintf(stderr, "soyaos: warning: the verified signature of %s was not kept, so an offline run will "
-                               "refuse it: %s\n",
-                       escape_for_terminal(reference).c_str(), escape_for_terminal(kept.error().describe()).c_str());
+          print_error("", "warning: the verified signature of " + reference +
+                              " was not kept, so an offline run will refuse it: " + kept.error().describe());
         }
       }
     }

@@ -70,6 +70,10 @@ TEST(ErrorLines, AnOperatorsArgumentIsEscapedOnce) {
   EXPECT_NE(r.exit_code, 0) << r.err;
   expect_escaped_once(r, "soyaos scope query: --user " + kShown + ": no such user", "scope query");
 
+  r = run_soyaos({"pack", "lint", "--explain", kHostile}, env);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  expect_escaped_once(r, "soyaos pack lint: unknown rule id '" + kShown + "'", "pack lint --explain");
+
   auto cache_env = env;
   cache_env["SOYAOS_CACHE_MAX"] = "1" + kHostile;
   r = run_soyaos({"cache", "stats"}, cache_env);
