@@ -342,7 +342,7 @@ void run(const RunArgs& a, CliContext& ctx) {
     std::fprintf(stderr, "soyaos: invalid manifest:\n");
     for (const auto& d : loaded.errors) std::fprintf(stderr, "  %s\n", d.format().c_str());
   } else if (!report.error.empty()) {
-    std::fprintf(stderr, "soyaos: %s\n", escape_lines_for_terminal(report.error).c_str());
+    print_error("", report.error);  // one line (an invalid manifest's several are printed above)
   }
   for (const auto& s : report.outputs.skipped) {
     std::fprintf(stderr, "soyaos: /workdir/out/%s\n", escape_for_terminal(s).c_str());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/print_error.h"
 #include "cli/remote_packs.h"
 #include "common/phase_trace.h"
 
@@ -139,7 +140,7 @@ int run_cli(int argc, char** argv) {
     if (auto status = root.parse(words, kExitUsage)) return *status;  // help, or a usage error
   } catch (const std::exception& e) {
     // Library exceptions are caught at module edges; this is the last line of defence.
-    std::fprintf(stderr, "soyaos: internal error: %s\n", e.what());
+    print_error("", std::string("internal error: ") + e.what());  // a library's text may quote input
     return 125;
   }
   return ctx.exit_code;
