@@ -21,8 +21,6 @@
 namespace soyaos::testing {
 namespace {
 
-constexpr int kIoTimeoutMs = 3000;
-
 bool is_v6(const std::string& address) { return address.find(':') != std::string::npos; }
 
 void set_timeouts(int fd, int ms) {
@@ -230,7 +228,7 @@ void NetServer::udp_loop() {
 }
 
 void NetServer::serve(int fd) {
-  set_timeouts(fd, kIoTimeoutMs);
+  set_timeouts(fd, options_.idle_timeout_ms);
   std::string got;
   switch (options_.kind) {
     case Kind::kTcpEcho:

@@ -41,6 +41,10 @@ class NetServer {
     Kind kind = Kind::kTcpEcho;
     std::string address = "127.0.0.1";  // "127.0.0.1", "::1", "0.0.0.0", "::"
     uint16_t port = 0;                  // 0: ephemeral
+    // A connection quiet for this long is closed by the server (so that a test that leaves
+    // one open cannot hang a serving thread). A test that holds relayed connections open on
+    // purpose for seconds needs it well above its hold.
+    int idle_timeout_ms = 3000;
   };
 
   explicit NetServer(const Options& options);
@@ -90,8 +94,8 @@ class NetServer {
 // Echoes every byte back until the client closes (half-closes) its side.
 class TcpEchoServer : public NetServer {
  public:
-  explicit TcpEchoServer(const std::string& address = "127.0.0.1")
-      : NetServer({Kind::kTcpEcho, address, 0}) {}
+  explicit TcpEchoServer(const std::string& address = "127.0.0.1", int idle_timeout_ms = 3000)
+      : NetServer({Kind::kTcpEcho, address, 0, idle_timeout_ms}) {}
 };
 
 // TLS with a fresh self-signed certificate (CN tls.test, generated in-process at start):
