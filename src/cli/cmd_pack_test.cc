@@ -316,11 +316,11 @@ struct TestPlan {
     if (secrets.exit_code != 0) {
       r.not_started = true;
       r.exit_code = secrets.exit_code;
-      r.reason = secrets.error;
+      r.reason = escape_for_terminal(secrets.error);  // a reason is escaped when made, as every reason is
     } else if (!hooks) {
       r.not_started = true;
       r.exit_code = supervisor::kExitSetup;
-      r.reason = "moon: " + hooks.error().describe();
+      r.reason = "moon: " + escape_for_terminal(hooks.error().describe());
     } else {
       const PackRunContext ctx{plan.pack_dir, *hooks, plan.network, plan.config_digest, &secrets.secrets};
       r = run_example(plan.m, ex, ctx, hits.read, hits.write, hits.egress);
