@@ -13,6 +13,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/print_error.h"
 #include "cli/remote_flags.h"
@@ -371,13 +373,10 @@ GateDecision approve_remote_pack(const oci::RemotePack& pack, oci::Client& clien
   const std::string against = c->last ? "the approved " + c->last->reference : "nothing (first version)";
   d.lines.push_back("--- " + against);
   d.lines.push_back("+++ " + j.reference);
-  // Raw: d.lines are escaped where they are printed (pack approve), once.
-  std::string text = policy::format_diff_text(j.shown(*c), /*escape=*/false);
-  for (size_t at = 0; at < text.size();) {
-    const size_t nl = text.find('\n', at);
-    d.lines.push_back(text.substr(at, nl - at));
-    at = nl == std::string::npos ? text.size() : nl + 1;
-  }
+  // Raw, one entry per change: d.lines are escaped where they are printed (pack approve), once,
+  // and a newline inside a value (a manifest path may hold one) is shown as \n within its
+  // change's line, never as a line of its own.
+  for (auto& l : policy::format_diff_lines(j.shown(*c), /*escape=*/false)) d.lines.push_back(std::move(l));
   if (auto s = moon::record_approval(*j.moon, j.repository, pack.manifest_digest, j.reference, manifest_text,
                                      moon::current_actor(), *c);
       !s)

@@ -141,8 +141,8 @@ CapabilityDiff diff_capabilities(const Manifest& from, const Manifest& to) {
   return d;
 }
 
-std::string format_diff_text(const CapabilityDiff& diff, bool escape) {
-  std::string out;
+std::vector<std::string> format_diff_lines(const CapabilityDiff& diff, bool escape) {
+  std::vector<std::string> out;
   for (const auto& c : diff.changes) {
     const char sign = c.kind == ChangeKind::added ? '+' : c.kind == ChangeKind::removed ? '-' : '~';
     std::string area = c.area;
@@ -157,15 +157,22 @@ std::string format_diff_text(const CapabilityDiff& diff, bool escape) {
     } else {
       what = c.item;
     }
-    out += std::string(1, sign) + " " + area + " " + (escape ? escape_for_terminal(what) : what) + (c.wider ? "  (wider)" : "") + "\n";
+    out.push_back(std::string(1, sign) + " " + area + " " + (escape ? escape_for_terminal(what) : what) +
+                  (c.wider ? "  (wider)" : ""));
   }
   if (diff.empty()) {
-    out += "no capability changes\n";
+    out.emplace_back("no capability changes");
   } else if (diff.wider()) {
-    out += "wider: B may do what A may not\n";
+    out.emplace_back("wider: B may do what A may not");
   } else {
-    out += "narrower: B may do nothing A may not\n";
+    out.emplace_back("narrower: B may do nothing A may not");
   }
+  return out;
+}
+
+std::string format_diff_text(const CapabilityDiff& diff) {
+  std::string out;
+  for (const auto& l : format_diff_lines(diff, /*escape=*/true)) out += l + "\n";
   return out;
 }
 

@@ -41,10 +41,16 @@ struct CapabilityDiff {
 // What B (`to`) adds and removes relative to A (`from`).
 CapabilityDiff diff_capabilities(const manifest::Manifest& from, const manifest::Manifest& to);
 
-// One line per change ("+ egress    api.example.com:443/https"; "~ tier    read-only ->
-// side-effect  (wider)"), then a summary line; values escaped for a terminal, or kept raw
-// with escape = false, for lines a caller escapes where it prints them (E7: once, not twice).
-std::string format_diff_text(const CapabilityDiff& diff, bool escape = true);
+// One entry per change ("+ egress    api.example.com:443/https"; "~ tier    read-only ->
+// side-effect  (wider)"), then a summary entry, without a trailing newline; values escaped for
+// a terminal, or kept raw with escape = false, for a caller that escapes each entry where it
+// prints it (E7: once, not twice). One entry per change because a raw value may hold a
+// newline (a manifest path may): split on '\n', it would print as a line of its own.
+std::vector<std::string> format_diff_lines(const CapabilityDiff& diff, bool escape = true);
+
+// format_diff_lines escaped, each entry ending in '\n'. Always escaped: raw text must
+// not be split on newlines (see above).
+std::string format_diff_text(const CapabilityDiff& diff);
 
 // The egress entry as the diff names it: "host:port/protocol", "*" for egress: "*".
 std::string egress_key(const manifest::EgressEntry& e);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -147,6 +148,28 @@ TEST_F(OciConsent, ApproveShowsTheDiffEscapedOnce) {
   for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(a.out.find(c), std::string::npos) << a.out;
   EXPECT_NE(a.out.find("+ fs.write       /workdir/out/a\\\\b\\x1B  (wider)\n"), std::string::npos) << a.out;
   EXPECT_EQ(a.out.find("\\\\\\"), std::string::npos) << "escaped twice: " << a.out;
+}
+
+// A manifest path may hold a newline (only NUL is refused): `pack approve` shows it as \n
+// inside its own change's line. The raw diff text was split on '\n' and each piece escaped,
+// so the rest of the path printed as a line of its own, here a forged `- egress` removal.
+TEST_F(OciConsent, ApproveShowsANewlineInAPathInsideItsLine) {
+  const std::string r1 = ref("team/hello:1.0.0");
+  push(pack("1.0.0", "write: [/workdir/out]",
+            "write: [/workdir/out, \"/workdir/out/a\\n- egress         api.example.com:443 https\"]"),
+       r1);
+  auto a = soyaos("b", {"pack", "approve", r1});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  std::vector<std::string> fs_write;
+  std::istringstream in(a.out);
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_NE(line.rfind("- egress", 0), 0u) << "a forged line: " << a.out;
+    if (line.rfind("+ fs.write", 0) == 0) fs_write.push_back(line);
+  }
+  ASSERT_EQ(fs_write.size(), 2u) << a.out;  // /workdir/out and the hostile path, one line each
+  EXPECT_EQ(fs_write[0], "+ fs.write       /workdir/out  (wider)") << a.out;
+  EXPECT_EQ(fs_write[1], "+ fs.write       /workdir/out/a\\n- egress         api.example.com:443 https  (wider)")
+      << a.out;
 }
 
 TEST_F(OciConsent, FirstAndWiderVersionsWaitForApprovalNarrowerDoNot) {
