@@ -8,7 +8,8 @@
 // (or libcrypto is loaded anyway), the rest goes to OpenSSL's: a large pack or output is
 // hashed at OpenSSL's speed as before. Both compute the same function; the bytes produced
 // are identical (DigestTest cross-checks them around the switch). A libcrypto that cannot
-// be loaded costs only speed: libsodium then hashes everything.
+// be loaded costs only speed: libsodium then hashes everything, streaming (never holding
+// more than kSha256OpenSslAbove bytes: the supervisor hashes an agent's whole stdout).
 //
 // OpenSSL's low-level SHA-256: the EVP interface would load and query the provider
 // machinery on first use (~5M instructions) for one fixed algorithm. The functions are
@@ -47,9 +48,13 @@ bool use_openssl(size_t more) {
 uint64_t sha256_libsodium_bytes() { return sodium_bytes().load(std::memory_order_relaxed); }
 
 struct Sha256::Context {
-  // libsodium's state over `pending`, until the hasher switches; OpenSSL's afterwards.
-  std::string pending;  // bytes not hashed yet while on libsodium (at most kSha256OpenSslAbove)
+  // The bytes are held in `pending` until the hasher knows which library finishes: libsodium
+  // in one call at hex() when they stay small; OpenSSL's state once there is more (or
+  // libcrypto is loaded anyway); libsodium's streaming state when there is more and
+  // libcrypto cannot be loaded.
+  std::string pending;  // bytes not hashed yet (at most kSha256OpenSslAbove)
   std::unique_ptr<SHA256_CTX> openssl;
+  std::unique_ptr<crypto_hash_sha256_state> sodium;
 };
 
 Sha256::Sha256() : ctx_(std::make_unique<Context>()) {
@@ -62,14 +67,29 @@ Sha256::~Sha256() = default;
 
 void Sha256::update(const void* data, size_t size) {
   Context& c = *ctx_;
-  if (!c.openssl && size > 0 && use_openssl(c.pending.size() + size)) {
-    c.openssl = std::make_unique<SHA256_CTX>();
-    SHA256_Init(c.openssl.get());
-    SHA256_Update(c.openssl.get(), c.pending.data(), c.pending.size());
-    std::string().swap(c.pending);
+  if (!c.openssl && !c.sodium && size > 0) {
+    if (use_openssl(c.pending.size() + size)) {
+      c.openssl = std::make_unique<SHA256_CTX>();
+      SHA256_Init(c.openssl.get());
+      SHA256_Update(c.openssl.get(), c.pending.data(), c.pending.size());
+      std::string().swap(c.pending);
+    } else if (c.pending.size() + size > kSha256OpenSslAbove) {
+      // libcrypto could not be loaded: stream through libsodium rather than hold it all.
+      c.sodium = std::make_unique<crypto_hash_sha256_state>();
+      crypto_hash_sha256_init(c.sodium.get());
+      crypto_hash_sha256_update(c.sodium.get(), reinterpret_cast<const unsigned char*>(c.pending.data()),
+                                c.pending.size());
+      sodium_bytes().fetch_add(c.pending.size(), std::memory_order_relaxed);
+      std::string().swap(c.pending);
+    }
   }
   if (c.openssl) {
     SHA256_Update(c.openssl.get(), data, size);
+    return;
+  }
+  if (c.sodium) {
+    crypto_hash_sha256_update(c.sodium.get(), static_cast<const unsigned char*>(data), size);
+    sodium_bytes().fetch_add(size, std::memory_order_relaxed);
     return;
   }
   c.pending.append(static_cast<const char*>(data), size);
@@ -80,6 +100,8 @@ std::string Sha256::hex() {
   Context& c = *ctx_;
   if (c.openssl) {
     SHA256_Final(md, c.openssl.get());
+  } else if (c.sodium) {
+    crypto_hash_sha256_final(c.sodium.get(), md);
   } else {
     // Everything it was given, held until now (at most kSha256OpenSslAbove bytes): one call.
     crypto_hash_sha256(md, reinterpret_cast<const unsigned char*>(c.pending.data()), c.pending.size());

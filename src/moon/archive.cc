@@ -1,7 +1,6 @@
 #include "moon/archive.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,22 +171,6 @@ Result<UniqueFd> open_dir(int root_fd, std::string_view rel, bool create) {
 }
 
 }  // namespace
-
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr); }
-Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
-void Sha256::update(std::string_view d) { EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), d.data(), d.size()); }
-std::string Sha256::hex() {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
 
 Result<ArchiveInfo> write_archive(const fs::path& root, int fd) {
   auto scanned = scan_pack(root);

@@ -23,23 +23,14 @@
 #include <string>
 #include <string_view>
 
+#include "common/digest.h"
 #include "common/result.h"
 
 namespace soyaos::moon {
 
-// Incremental sha256 (OpenSSL EVP).
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void update(std::string_view data);
-  std::string hex();  // finalises; lower-case hex
-
- private:
-  void* ctx_;
-};
+// Incremental SHA-256: common/digest.h's (libsodium for small inputs, OpenSSL's past
+// kSha256OpenSslAbove when libcrypto can be loaded; the bytes are the same either way).
+using Sha256 = soyaos::Sha256;
 
 struct ArchiveInfo {
   std::string digest;       // "sha256:HEX" of the archive bytes

@@ -45,7 +45,10 @@ class IdPool {
     page_ = static_cast<Page*>(p);
   }
   ~IdPool() {
+    // Reset, so that an id asked for after this thread's thread_locals are destroyed (e.g.
+    // from a static destructor) falls back to getrandom instead of writing to an unmapped page.
     if (page_ != nullptr) ::munmap(page_, sizeof(Page));
+    page_ = nullptr;
   }
   IdPool(const IdPool&) = delete;
   IdPool& operator=(const IdPool&) = delete;

@@ -138,6 +138,37 @@ TEST_F(CacheTest, ARunAHitAndVersionNeverLoadLibcrypto) {
   EXPECT_EQ(soyaos({"version"}).exit_code, 0);
 }
 
+// Without a loadable libcrypto, SHA-256 streams through libsodium: the supervisor hashes
+// the agent's whole stdout, and holding it all until the digest (as the first cut of the
+// lazy libcrypto did) let an agent grow soyaos's memory, outside its cgroup, by what it
+// printed (96 MiB printed: ~100 MiB of RSS then; ~11 MiB with libcrypto).
+TEST_F(CacheTest, WithoutLibcryptoAnAgentsLargeStdoutIsHashedInBoundedMemory) {
+  if (rootless_mode()) GTEST_SKIP() << "measures the supervisor's memory: root variant only";
+  dir_.write("big/main.py", "import sys\nb = b'x' * (1 << 20)\nfor _ in range(96):\n    sys.stdout.buffer.write(b)\n");
+  dir_.write("big/soyapack.yaml", "soyapack: v0\nname: big-stdout\nversion: 0.1.0\n"
+                                  "agent: {runtime: python3, entrypoint: main.py}\n"
+                                  "capabilities:\n  egress: []\n  fs: {read: [/workdir]}\n"
+                                  "  determinism_tier: read-only\n");
+  dir_.write("badlib/libcrypto.so.3", "not a shared object\n");
+  const fs::path result = dir_.path() / "result";
+  const std::string cmd =
+      "cd " + dir_.path().string() + " && LD_LIBRARY_PATH=" + (dir_.path() / "badlib").string() +
+      " SOYAOS_HOME=" + home_ +
+      " python3 -c 'import resource, subprocess, sys\n"
+      "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+      "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+      "sys.stdout.write(r.stderr.decode(errors=\"replace\"))' " +
+      soyaos_binary() + " run --no-cache " + (dir_.path() / "big").string() + " > " + result.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::istringstream in(read_file(result));
+  int exit_code = -1;
+  long maxrss_kib = -1;
+  in >> exit_code >> maxrss_kib;
+  EXPECT_EQ(exit_code, 0) << read_file(result);
+  EXPECT_GT(maxrss_kib, 0) << read_file(result);
+  EXPECT_LT(maxrss_kib, 48L * 1024) << "soyaos (or its agent) peaked at " << maxrss_kib << " KiB\n" << read_file(result);
+}
+
 TEST_F(CacheTest, AHitReplaysStdoutStderrExitAndOutByteForByte) {
   auto cold = run("cold", kRich);
   ASSERT_FALSE(cold.replayed());
