@@ -166,6 +166,9 @@ TEST_F(CacheTest, WithoutLibcryptoAnAgentsLargeStdoutIsHashedInBoundedMemory) {
   in >> exit_code >> maxrss_kib;
   EXPECT_EQ(exit_code, 0) << read_file(result);
   EXPECT_GT(maxrss_kib, 0) << read_file(result);
+  // Under ASan the allocator's quarantine keeps freed buffers resident (126 MiB measured
+  // with the fix): the bound is the normal build's, where the fix measures ~11 MiB.
+  if (soyaos_sanitized()) return;
   EXPECT_LT(maxrss_kib, 48L * 1024) << "soyaos (or its agent) peaked at " << maxrss_kib << " KiB\n" << read_file(result);
 }
 
