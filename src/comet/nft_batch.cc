@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -404,13 +405,13 @@ NftBatch build_nft_batch(const NetworkPlan& plan) {
   return b.finish();
 }
 
-Status install_nft_batch(const NftBatch& batch) {
-  UniqueFd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
-  if (!fd) return errno_error("nftables: socket(NETLINK_NETFILTER)");
-  // The kernel runs the whole batch inside sendmsg() and queues its answers; ask for one ack,
-  // the last message's (errors come whatever the flags), so a long batch cannot overrun the
-  // receive buffer with acks.
-  std::vector<char> bytes = batch.bytes;
+namespace {
+
+// One nfnetlink transaction: `bytes` is BATCH_BEGIN, messages, BATCH_END in one datagram. The
+// kernel runs it inside sendmsg() and queues its answers; ask for one ack, the last message's
+// (errors come whatever the flags), so a long transaction cannot overrun the receive buffer
+// with acks.
+Status send_transaction(int fd, std::vector<char> bytes, const NftBatch& batch) {
   size_t last = 0;
   for (size_t at = 0; at < bytes.size();) {
     auto* nlh = reinterpret_cast<nlmsghdr*>(bytes.data() + at);
@@ -424,14 +425,14 @@ Status install_nft_batch(const NftBatch& batch) {
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   const ssize_t sent =
-      ::sendto(fd.get(), bytes.data(), bytes.size(), 0, reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel);
+      ::sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel);
   if (sent < 0) return errno_error("nftables: send the ruleset batch");
   if (static_cast<size_t>(sent) != bytes.size()) return make_error("nftables: short send of the ruleset batch", EIO);
 
   std::array<char, 16384> buf{};
   bool acked = false;
   for (;;) {
-    const ssize_t n = ::recv(fd.get(), buf.data(), buf.size(), MSG_DONTWAIT);
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       return errno_error("nftables: read the kernel's answer to the ruleset batch");
@@ -461,6 +462,76 @@ Status install_nft_batch(const NftBatch& batch) {
     }
   }
   if (!acked) return make_error("nftables: install ruleset: the kernel did not acknowledge the batch", EPROTO);
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::vector<char>> split_nft_batch(const NftBatch& batch, size_t max_bytes) {
+  // The messages between BATCH_BEGIN (first) and BATCH_END (last), by offset.
+  std::vector<std::pair<size_t, size_t>> messages;  // offset, aligned length
+  for (size_t at = 0; at + sizeof(nlmsghdr) <= batch.bytes.size();) {
+    const auto* nlh = reinterpret_cast<const nlmsghdr*>(batch.bytes.data() + at);
+    const size_t len = NLMSG_ALIGN(nlh->nlmsg_len);
+    if (len == 0) break;
+    messages.emplace_back(at, len);
+    at += len;
+  }
+  std::vector<std::vector<char>> out;
+  if (messages.size() < 2) return out;
+  // Plain variables, not structured bindings: clang 14 (the sanitizer build) cannot capture those.
+  const size_t begin_at = messages.front().first;
+  const size_t begin_len = messages.front().second;
+  const size_t end_at = messages.back().first;
+  const size_t end_len = messages.back().second;
+  std::vector<char> current;
+  auto open = [&] { current.assign(batch.bytes.begin() + static_cast<std::ptrdiff_t>(begin_at),
+                                   batch.bytes.begin() + static_cast<std::ptrdiff_t>(begin_at + begin_len)); };
+  auto close = [&] {
+    current.insert(current.end(), batch.bytes.begin() + static_cast<std::ptrdiff_t>(end_at),
+                   batch.bytes.begin() + static_cast<std::ptrdiff_t>(end_at + end_len));
+    out.push_back(std::move(current));
+  };
+  open();
+  size_t in_current = 0;
+  for (size_t i = 1; i + 1 < messages.size(); ++i) {
+    const auto [at, len] = messages[i];
+    // A message joins the transaction while BEGIN + messages + END fit; a transaction holds
+    // at least one message whatever its size (the kernel then names what it refuses).
+    if (in_current > 0 && current.size() + len + end_len > max_bytes) {
+      close();
+      open();
+      in_current = 0;
+    }
+    current.insert(current.end(), batch.bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                   batch.bytes.begin() + static_cast<std::ptrdiff_t>(at + len));
+    ++in_current;
+  }
+  close();
+  return out;
+}
+
+Status install_nft_batch(const NftBatch& batch) {
+  UniqueFd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
+  if (!fd) return errno_error("nftables: socket(NETLINK_NETFILTER)");
+  // A netlink datagram must fit the socket's send buffer (net.core.wmem_default: 208 KiB, less
+  // the 32 bytes netlink_sendmsg keeps back), and a user namespace cannot raise it
+  // (SO_SNDBUFFORCE needs CAP_NET_ADMIN in the host's). A ruleset past that (~440 redirected
+  // TCP destinations) goes as several transactions in order: table and chains first, then
+  // the rules, each appended where the one batch would have put it, so the kernel holds the
+  // same ruleset, handles included. Only the all-or-nothing of one transaction is lost, and
+  // nothing depends on it: a refused transaction refuses the run (C1, exit 125) and the
+  // netns, with whatever part was installed, dies with the child; no agent code runs before.
+  int sndbuf = 0;
+  socklen_t optlen = sizeof sndbuf;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) != 0) {
+    return errno_error("nftables: getsockopt(SO_SNDBUF)");
+  }
+  const size_t max_bytes = sndbuf > 4096 ? static_cast<size_t>(sndbuf) - 1024 : 3072;
+  if (batch.bytes.size() <= max_bytes) return send_transaction(fd.get(), batch.bytes, batch);
+  for (auto& transaction : split_nft_batch(batch, max_bytes)) {
+    if (auto s = send_transaction(fd.get(), std::move(transaction), batch); !s) return s;
+  }
   return {};
 }
 

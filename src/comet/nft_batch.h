@@ -25,8 +25,14 @@ struct NftBatch {
 NftBatch build_nft_batch(const NetworkPlan& plan);
 
 // Sends the batch on a NETLINK_NETFILTER socket of the calling thread's netns and reads the
-// kernel's answers (processed during sendmsg). The kernel applies a batch whole or not at all;
-// an error names the refused message, the netlink errno and the kernel features it needs.
+// kernel's answers (processed during sendmsg). A batch that fits the socket's send buffer is
+// one transaction, which the kernel applies whole or not at all; a larger one goes as several
+// in order (split_nft_batch), which end in the same ruleset. An error names the refused
+// message, the netlink errno and the kernel features it needs.
 Status install_nft_batch(const NftBatch& batch);
+
+// The batch as transactions of at most `max_bytes` each (BATCH_BEGIN, messages in their
+// order, BATCH_END), every message in exactly one; exposed for tests.
+std::vector<std::vector<char>> split_nft_batch(const NftBatch& batch, size_t max_bytes);
 
 }  // namespace soyaos::comet

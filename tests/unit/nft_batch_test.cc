@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netlink.h>
 #include <netinet/in.h>
 #include <nftables/libnftables.h>
 #include <sched.h>
@@ -14,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -50,6 +53,40 @@ std::string nft_run(const std::string& cmd, unsigned output_flags, unsigned debu
   return std::string(nft_ctx_get_output_buffer(ctx.get())) + nft_ctx_get_error_buffer(ctx.get());
 }
 
+// The reference text as libnftables commands: the whole text at once, or, for a plan of more
+// than `kRulesPerCommand` rules (libnftables, too, sends one datagram per command, and a plan
+// past the send buffer is what the batch splits), the table with its empty chains and then
+// "add rule" lines in groups, in the text's order, which is the batch's message order: the
+// kernel then gives every object the handle it gives the batch's.
+constexpr size_t kRulesPerCommand = 300;
+std::vector<std::string> reference_commands(const NetworkPlan& plan) {
+  const std::string text = nft_ruleset(plan);
+  std::string skeleton;
+  std::vector<std::string> rules;  // "add rule inet soyaos CHAIN RULE"
+  std::string chain;
+  for (size_t at = 0; at < text.size();) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string::npos) eol = text.size();
+    const std::string line = text.substr(at, eol - at);
+    at = eol + 1;
+    if (line.rfind("\tchain ", 0) == 0) chain = line.substr(7, line.find(' ', 7) - 7);
+    const bool rule_line = line.rfind("\t\t", 0) == 0 && line.rfind("\t\ttype ", 0) != 0;
+    if (rule_line) {
+      rules.push_back("add rule inet soyaos " + chain + " " + line.substr(2) + "\n");
+    } else {
+      skeleton += line + "\n";
+    }
+  }
+  if (rules.size() <= kRulesPerCommand) return {text};
+  std::vector<std::string> cmds = {skeleton};
+  for (size_t i = 0; i < rules.size(); i += kRulesPerCommand) {
+    std::string cmd;
+    for (size_t j = i; j < std::min(rules.size(), i + kRulesPerCommand); ++j) cmd += rules[j];
+    cmds.push_back(cmd);
+  }
+  return cmds;
+}
+
 // In a forked child with a network namespace of its own (and, without root, the user
 // namespace that owns it): installs the plan's ruleset (through libnftables when `text`, else
 // as the batch) and returns the kernel's listings, or "SKIP ..." / "FAIL ...".
@@ -68,9 +105,11 @@ std::string listing_in_fresh_netns(const NetworkPlan& plan, bool text) {
       say(std::string("SKIP unshare: ") + std::strerror(errno), kSkipStatus);
     }
     if (text) {
-      bool ok = false;
-      std::string out = nft_run(nft_ruleset(plan), 0, 0, &ok);
-      if (!ok) say("FAIL libnftables: " + out, 1);
+      for (const auto& cmd : reference_commands(plan)) {
+        bool ok = false;
+        std::string out = nft_run(cmd, 0, 0, &ok);
+        if (!ok) say("FAIL libnftables: " + out, 1);
+      }
     } else if (auto s = install_nft_batch(build_nft_batch(plan)); !s) {
       say("FAIL batch: " + s.error().describe(), 1);
     }
@@ -152,6 +191,17 @@ std::vector<Case> cases() {
   }
   many.proxy_port = 15000;
   all.push_back({"many entries", many});
+
+  // Past one datagram (the socket's send buffer, ~440 redirects): the batch goes as several
+  // transactions and must still end in the same ruleset, handles included.
+  NetworkPlan past_one_datagram;
+  for (int i = 0; i < 1500; ++i) {
+    past_one_datagram.redirect_tcp.push_back(
+        rule(("198.19." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1)).c_str(),
+             static_cast<uint16_t>(443 + i % 2), IPPROTO_TCP));
+  }
+  past_one_datagram.allow_udp = {rule("192.0.2.53", 53, IPPROTO_UDP)};
+  all.push_back({"past one datagram (1,500 redirects)", past_one_datagram});
   return all;
 }
 
@@ -167,6 +217,37 @@ TEST(NftBatch, MatchesLibnftablesListing) {
     const std::string batch = listing_in_fresh_netns(c.plan, false);
     EXPECT_TRUE(reference == batch) << first_difference(reference, batch);
   }
+}
+
+// Every message in exactly one transaction, in order; each transaction framed by the batch's
+// own BATCH_BEGIN and BATCH_END and within the bound.
+TEST(NftBatch, SplitKeepsEveryMessageOnceInOrder) {
+  NetworkPlan plan;
+  for (int i = 0; i < 900; ++i) {
+    plan.redirect_tcp.push_back(rule(("198.19." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1)).c_str(),
+                                     443, IPPROTO_TCP));
+  }
+  const NftBatch b = build_nft_batch(plan);
+  const size_t max_bytes = 64 * 1024;
+  ASSERT_GT(b.bytes.size(), 2 * max_bytes);
+  const auto parts = split_nft_batch(b, max_bytes);
+  ASSERT_GE(parts.size(), 3u);
+  std::vector<uint32_t> seqs;
+  for (const auto& part : parts) {
+    EXPECT_LE(part.size(), max_bytes);
+    std::vector<const nlmsghdr*> msgs;
+    for (size_t at = 0; at < part.size(); at += NLMSG_ALIGN(reinterpret_cast<const nlmsghdr*>(part.data() + at)->nlmsg_len)) {
+      msgs.push_back(reinterpret_cast<const nlmsghdr*>(part.data() + at));
+    }
+    ASSERT_GE(msgs.size(), 3u);
+    EXPECT_EQ(msgs.front()->nlmsg_type, NFNL_MSG_BATCH_BEGIN);
+    EXPECT_EQ(msgs.back()->nlmsg_type, NFNL_MSG_BATCH_END);
+    for (size_t i = 1; i + 1 < msgs.size(); ++i) seqs.push_back(msgs[i]->nlmsg_seq);
+  }
+  ASSERT_EQ(seqs.size(), b.what.size());
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i + 1);
+  // One transaction when it fits.
+  EXPECT_EQ(split_nft_batch(b, b.bytes.size()).size(), 1u);
 }
 
 TEST(NftBatch, NamesEveryMessage) {
