@@ -19,6 +19,7 @@
 #include "comet/cgroup.h"
 #include "comet/landlock.h"
 #include "comet/network.h"
+#include "common/text.h"
 #include "supervisor/run.h"
 
 namespace soyaos::cli {
@@ -103,10 +104,12 @@ Probe probe_end_to_end() {
 bool print_limit_mechanisms() {
   auto plan = comet::probe_cgroups();
   if (!plan) {
-    std::printf("%-18s %-8s %s\n", "cgroups", "MISSING", plan.error().describe().c_str());
+    std::printf("%-18s %-8s %s\n", "cgroups", "MISSING", escape_for_terminal(plan.error().describe()).c_str());
     return false;
   }
-  auto where = [](const comet::CgroupController& c) { return c.parent + "/soyaos-RUN_ID"; };
+  // The cgroup paths come from /proc/self/cgroup: whoever may create cgroups chose their
+  // names, so they are escaped like any other text the terminal did not write itself.
+  auto where = [](const comet::CgroupController& c) { return escape_for_terminal(c.parent + "/soyaos-RUN_ID"); };
   struct Limit {
     const char* name;
     const comet::CgroupController& ctl;
@@ -128,7 +131,7 @@ bool print_limit_mechanisms() {
     }
   }
   std::printf("%-18s %-8s %s\n", "write quota", "tmpfs", "one tmpfs for every writable path, bytes and inodes");
-  if (!plan->why_not.empty()) std::printf("%-18s %-8s %s\n", "no cgroup because", "", plan->why_not.c_str());
+  if (!plan->why_not.empty()) std::printf("%-18s %-8s %s\n", "no cgroup because", "", escape_for_terminal(plan->why_not).c_str());
   return true;
 }
 
@@ -155,7 +158,7 @@ void doctor(CliContext& ctx) {
   };
   bool all = true;
   for (const auto& r : rows) {
-    std::printf("%-18s %-8s %s\n", r.layer, r.probe.ok ? "ok" : "MISSING", r.probe.detail.c_str());
+    std::printf("%-18s %-8s %s\n", r.layer, r.probe.ok ? "ok" : "MISSING", escape_for_terminal(r.probe.detail).c_str());
     all = all && r.probe.ok;
   }
   all = print_limit_mechanisms() && all;

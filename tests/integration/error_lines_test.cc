@@ -6,6 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 
 #include <filesystem>
 #include <map>
@@ -114,6 +119,35 @@ TEST(ErrorLines, ADiagnosticsBackslashIsPrintedOnce) {
   r = run_soyaos({"pack", "pull", "127.0.0.1:9/team/x:1.0.0", "-o", (t.path() / "out").string()}, pull_env);
   EXPECT_NE(r.exit_code, 0) << r.err;
   expect_escaped_once(r, ":1:1: error: m\\x1B]0;t\\x07\\r a\\\\b: unknown key", "pack pull");
+}
+
+// `soyaos doctor` prints cgroup paths read from /proc/self/cgroup: their names are chosen by
+// whoever may create cgroups (a delegated subtree's user). Run from a memory cgroup with a
+// hostile name (cgroup v1 as root; skipped elsewhere), its line shows the name escaped.
+TEST(ErrorLines, DoctorEscapesAHostileCgroupName) {
+  if (rootless_mode() || ::geteuid() != 0) GTEST_SKIP() << "needs root to create a memory cgroup";
+  std::string own;
+  {
+    std::ifstream in("/proc/self/cgroup");
+    for (std::string line; std::getline(in, line);) {
+      const auto first = line.find(':');
+      const auto second = line.find(':', first + 1);
+      if (first == std::string::npos || second == std::string::npos) continue;
+      if (line.substr(first + 1, second - first - 1) == "memory") own = line.substr(second + 1);
+    }
+  }
+  const fs::path hierarchy = "/sys/fs/cgroup/memory";
+  if (own.empty() || !fs::exists(hierarchy / "cgroup.procs")) GTEST_SKIP() << "no cgroup v1 memory hierarchy";
+  const std::string name = "doctor-x\x1b]0;pwned\a\r a";
+  const fs::path hostile = hierarchy / fs::path(own).relative_path() / name;
+  ASSERT_EQ(::mkdir(hostile.c_str(), 0755), 0) << std::strerror(errno);
+  auto move_to = [](const fs::path& dir) { std::ofstream(dir / "cgroup.procs") << ::getpid() << std::flush; };
+  move_to(hostile);
+  auto r = run_soyaos({"doctor"}, {{"SOYAOS_MOON_CONFIG", ""}});
+  move_to(hierarchy / fs::path(own).relative_path());
+  for (int i = 0; i < 100 && ::rmdir(hostile.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10000);
+  for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(r.out.find(c), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("doctor-x\\x1B]0;pwned\\x07\\r a/soyaos-RUN_ID"), std::string::npos) << r.out;
 }
 
 }  // namespace
