@@ -1,4 +1,4 @@
-// SHA-256 from two libraries (issue #16, common/digest.cc): libsodium's for the first
+// SHA-256 from two libraries (issue #16, common/digest.cc), when the CPU has no SHA extensions: libsodium's for the first
 // kSha256OpenSslAbove bytes a process hashes, OpenSSL's after. Both must give OpenSSL's
 // digest at every size — around SHA-256's 64-byte blocks and its 56-byte padding edge, and
 // around the switch, in one piece or in odd chunks — and a process that hashes little must
@@ -14,6 +14,7 @@
 
 #include "common/digest.h"
 #include "common/libcrypto.h"
+#include "common/sha256_hw.h"
 
 namespace soyaos {
 namespace {
@@ -74,6 +75,11 @@ TEST(DigestLibs, LibsodiumSha256IsOpenSslsAtEverySize) {
 // libsodium, and every digest, in one piece or in chunks that straddle blocks and the switch,
 // is OpenSSL's.
 TEST(DigestLibs, TheHasherSwitchesToOpenSslPastTheThresholdWithTheSameDigests) {
+  // The library paths, also on a CPU with SHA extensions (sha256_hw_test.cc); on again after.
+  set_sha256_hw_enabled(false);
+  struct HwBackOn {
+    ~HwBackOn() { set_sha256_hw_enabled(true); }
+  } hw_back_on;
   if (libcrypto_loaded() || sha256_libsodium_bytes() != 0) {
     GTEST_SKIP() << "needs a process of its own (ctest runs each test in one): this one hashed already";
   }
