@@ -5,11 +5,16 @@
 // minisign's bounds; verifying a parsed signature against a fixed key never crashes and
 // never succeeds (the fuzzer cannot forge Ed25519). An unencrypted secret key is decrypted
 // (checksum only: no scrypt, whose cost the parser bounds but the fuzzer must not pay).
+// The input is also tried as base64 (common/base64.h, whose decoders those parsers and the
+// Docker credentials use): a text the canonical decoder takes is what the encoder writes for
+// its bytes, and the lenient decoder takes it to the same bytes; what the lenient one takes
+// re-encodes to a text the canonical one takes back; a refusal says "not base64 (".
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "common/base64.h"
 #include "common/minisign.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -43,6 +48,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     key.key_id = sig->key_id;
     if (ms::verify(key, *sig, text)) __builtin_trap();
   } else if (sig.error().message.empty()) {
+    __builtin_trap();
+  }
+
+  if (auto d = soyaos::base64_decode(text); d) {
+    auto lenient = soyaos::base64_decode_lenient(text);
+    if (soyaos::base64_encode(*d) != text || !lenient || *lenient != *d) __builtin_trap();
+  } else if (d.error().message.rfind("not base64 (", 0) != 0) {
+    __builtin_trap();
+  }
+  if (auto l = soyaos::base64_decode_lenient(text); l) {
+    auto again = soyaos::base64_decode(soyaos::base64_encode(*l));
+    if (!again || *again != *l) __builtin_trap();
+  } else if (l.error().message.rfind("not base64 (", 0) != 0) {
     __builtin_trap();
   }
   return 0;

@@ -5,7 +5,7 @@
 // one is refused by load_libcrypto(), not at the function's first call.
 // The list is what `nm -D --undefined-only soyaos` showed from libcrypto.so.3 when it was
 // linked, less EVP_PKEY_Q_keygen (variadic, no longer called) and what libsodium now does
-// (Ed25519, random bytes, wiping, constant-time compare); the declarations were taken from
+// (Ed25519, random bytes, wiping, constant-time compare, base64); the declarations were taken from
 // clang's AST of the headers. A libcrypto function called without a forwarder here
 // fails to link (soyaos does not link libcrypto).
 #include "common/libcrypto.h"
@@ -54,11 +54,9 @@
   X(ERR_clear_error) \
   X(ERR_error_string_n) \
   X(ERR_get_error) \
-  X(EVP_DecodeBlock) \
   X(EVP_DigestFinal_ex) \
   X(EVP_DigestInit_ex) \
   X(EVP_DigestUpdate) \
-  X(EVP_EncodeBlock) \
   X(EVP_MD_CTX_free) \
   X(EVP_MD_CTX_new) \
   X(EVP_PBE_scrypt) \
@@ -236,10 +234,6 @@ unsigned long ERR_get_error() {
   return libcrypto().ERR_get_error();
 }
 
-int EVP_DecodeBlock(unsigned char *t, const unsigned char *f, int n) {
-  return libcrypto().EVP_DecodeBlock(t, f, n);
-}
-
 int EVP_DigestFinal_ex(EVP_MD_CTX *ctx, unsigned char *md, unsigned int *s) {
   return libcrypto().EVP_DigestFinal_ex(ctx, md, s);
 }
@@ -250,10 +244,6 @@ int EVP_DigestInit_ex(EVP_MD_CTX *ctx, const EVP_MD *type, ENGINE *impl) {
 
 int EVP_DigestUpdate(EVP_MD_CTX *ctx, const void *d, size_t cnt) {
   return libcrypto().EVP_DigestUpdate(ctx, d, cnt);
-}
-
-int EVP_EncodeBlock(unsigned char *t, const unsigned char *f, int n) {
-  return libcrypto().EVP_EncodeBlock(t, f, n);
 }
 
 void EVP_MD_CTX_free(EVP_MD_CTX *ctx) {

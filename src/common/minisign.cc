@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/base64.h"
 #include "common/libcrypto.h"
 #include "common/wipe.h"
 
@@ -251,64 +252,6 @@ std::string blake2b(std::string_view data, size_t out_bytes) {
   Blake2b h(std::clamp<size_t>(out_bytes, 1, 64));
   h.update(data);
   return h.finish();
-}
-
-std::string base64_encode(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
-  }
-  return out;
-}
-
-Result<std::string> base64_decode(std::string_view text) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (text.size() % 4 != 0) return make_error("not base64 (length is not a multiple of 4)");
-  std::string out;
-  out.reserve(text.size() / 4 * 3);
-  // What was decoded before a bad character may be a part of a secret key: wiped.
-  auto refuse = [&out](const std::string& why) -> Error {
-    wipe(out);
-    return make_error(why);
-  };
-  for (size_t i = 0; i < text.size(); i += 4) {
-    const bool final_quad = i + 4 == text.size();
-    int pad = 0;
-    uint32_t v = 0;
-    for (size_t j = 0; j < 4; ++j) {
-      const char c = text[i + j];
-      if (c == '=' && final_quad && j >= 2) {
-        ++pad;
-        v <<= 6;
-        continue;
-      }
-      const int d = value(c);
-      if (d < 0 || pad > 0) return refuse("not base64 (unexpected character at " + std::to_string(i + j) + ")");
-      v = (v << 6) | static_cast<uint32_t>(d);
-    }
-    // Unused bits must be zero: exactly one encoding per byte string.
-    if ((pad == 1 && (v & 0xFF) != 0) || (pad == 2 && (v & 0xFFFF) != 0))
-      return refuse("not base64 (non-canonical padding)");
-    out += static_cast<char>(v >> 16);
-    if (pad < 2) out += static_cast<char>((v >> 8) & 0xFF);
-    if (pad < 1) out += static_cast<char>(v & 0xFF);
-  }
-  return out;
 }
 
 uint64_t ScryptParams::memory_bytes() const {

@@ -130,8 +130,5 @@ Status verify(const PublicKey& key, const Signature& sig, std::string_view messa
 // ---- building blocks, exposed for tests ----
 // BLAKE2b (RFC 7693) with an output of 1..64 bytes, unkeyed.
 std::string blake2b(std::string_view data, size_t out_bytes);
-// Strict base64 (RFC 4648 with padding): nullopt-like error on any other character.
-std::string base64_encode(std::string_view bytes);
-Result<std::string> base64_decode(std::string_view text);
 
 }  // namespace soyaos::minisign

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
 #include "common/digest.h"
 #include "common/libcrypto.h"
 #include "common/secret_bytes.h"
@@ -43,38 +44,6 @@ struct BioFree {
 };
 using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 using Bio = std::unique_ptr<BIO, BioFree>;
-
-// Standard base64 with padding, no line breaks (libsodium's, issue #16: no libcrypto in a
-// process that only stores events; the same text as OpenSSL's EVP_EncodeBlock).
-std::string base64(const unsigned char* data, size_t size) {
-  std::string out(sodium_base64_ENCODED_LEN(size, sodium_base64_VARIANT_ORIGINAL), '\0');
-  sodium_bin2base64(out.data(), out.size(), data, size, sodium_base64_VARIANT_ORIGINAL);
-  out.resize(out.size() - 1);  // the terminating NUL
-  return out;
-}
-
-// nullopt when `text` is not canonical base64.
-std::optional<std::vector<unsigned char>> unbase64(std::string_view text) {
-  if (text.empty() || text.size() % 4 != 0 || text.size() > 4096) return std::nullopt;
-  std::vector<unsigned char> out(text.size() / 4 * 3);
-  size_t n = 0;
-  if (sodium_base642bin(out.data(), out.size(), text.data(), text.size(), nullptr, &n, nullptr,
-                        sodium_base64_VARIANT_ORIGINAL) != 0) {
-    wipe(out);
-    return std::nullopt;
-  }
-  out.resize(n);
-  // The text may be a private key's: its decoding and re-encoding are wiped when refused
-  // (on success the caller wipes what it keeps).
-  std::string again = base64(out.data(), out.size());
-  const bool canonical = again == text;
-  wipe(again);
-  if (!canonical) {
-    wipe(out);
-    return std::nullopt;
-  }
-  return out;
-}
 
 Result<std::string> read_small(const fs::path& p, int fd) {
   std::string out;
@@ -142,7 +111,7 @@ std::string pem_of(const RawKey& raw, bool private_half) {
   const size_t prefix = private_half ? sizeof kPkcs8 : sizeof kSpki;
   std::memcpy(der.data(), private_half ? kPkcs8 : kSpki, prefix);
   std::memcpy(der.data() + prefix, raw.data(), raw.size());
-  std::string body = base64(der.data(), prefix + raw.size());
+  std::string body = base64_encode(std::string_view(reinterpret_cast<const char*>(der.data()), prefix + raw.size()));
   const WipeOnExit wipe_body(body);
   std::string out = private_half ? "-----BEGIN PRIVATE KEY-----\n" : "-----BEGIN PUBLIC KEY-----\n";
   out.reserve(out.size() + body.size() + 32);
@@ -166,13 +135,14 @@ bool parse_canonical_ed25519(std::string_view pem, bool private_half, RawKey& ou
       text.substr(text.size() - tail.size()) != tail) {
     return false;
   }
-  auto der = unbase64(text.substr(head.size(), text.size() - head.size() - tail.size()));
+  // Canonical base64 only (one text per key: what OpenSSL writes), into a fixed buffer.
+  std::array<unsigned char, sizeof kPkcs8 + 32> der{};
+  const WipeOnExit wipe_der(der);
+  auto n = base64_decode_into(text.substr(head.size(), text.size() - head.size() - tail.size()), der);
   const unsigned char* prefix = private_half ? kPkcs8 : kSpki;
   const size_t prefix_size = private_half ? sizeof kPkcs8 : sizeof kSpki;
-  if (!der) return false;
-  const WipeOnExit wipe_der(*der);
-  if (der->size() != prefix_size + out.size() || std::memcmp(der->data(), prefix, prefix_size) != 0) return false;
-  std::memcpy(out.data(), der->data() + prefix_size, out.size());
+  if (!n || *n != prefix_size + out.size() || std::memcmp(der.data(), prefix, prefix_size) != 0) return false;
+  std::memcpy(out.data(), der.data() + prefix_size, out.size());
   return true;
 }
 
@@ -378,16 +348,18 @@ Result<Checkpoint> MoonKey::sign(int64_t seq, const std::string& hash, const std
       len != sig.size()) {
     return make_error("sign a Scope checkpoint with the Moon's key: libsodium refused");
   }
-  return Checkpoint{seq, hash, time, id_, base64(sig.data(), sig.size())};
+  return Checkpoint{seq, hash, time, id_,
+                    base64_encode(std::string_view(reinterpret_cast<const char*>(sig.data()), sig.size()))};
 }
 
 bool MoonKey::verify(const Checkpoint& cp) const {
-  auto sig = unbase64(cp.signature);
+  auto sig = base64_decode(cp.signature);
   if (!sig) return false;
   const std::string msg = checkpoint_message(cp.seq, cp.hash, cp.time);
   if (sig->size() != crypto_sign_ed25519_BYTES || sodium_init() < 0) return false;
-  return crypto_sign_ed25519_verify_detached(sig->data(), reinterpret_cast<const unsigned char*>(msg.data()),
-                                             msg.size(), impl_->public_key.data()) == 0;
+  return crypto_sign_ed25519_verify_detached(reinterpret_cast<const unsigned char*>(sig->data()),
+                                             reinterpret_cast<const unsigned char*>(msg.data()), msg.size(),
+                                             impl_->public_key.data()) == 0;
 }
 
 fs::path head_path(const fs::path& home) { return home / "scope.head"; }

@@ -1,6 +1,7 @@
 #include <map>
 #include <string>
 
+#include "common/base64.h"
 #include "oci/client_internal.h"
 
 namespace soyaos::oci {
@@ -48,34 +49,11 @@ Challenge parse_challenge(const std::string& h) {
   return c;
 }
 
-std::string base64(const std::string& in) {
-  static const char* tbl = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
-                       static_cast<unsigned char>(in[i + 2]);
-    out += tbl[(v >> 18) & 63];
-    out += tbl[(v >> 12) & 63];
-    out += tbl[(v >> 6) & 63];
-    out += tbl[v & 63];
-  }
-  if (i < in.size()) {
-    unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
-    out += tbl[(v >> 18) & 63];
-    out += tbl[(v >> 12) & 63];
-    out += i + 1 < in.size() ? tbl[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string Client::Impl::basic_header() const {
   const auto& c = *options.credentials;
-  return "Authorization: Basic " + base64(c.username + ":" + c.password);
+  return "Authorization: Basic " + base64_encode(c.username + ":" + c.password);
 }
 
 Result<bool> Client::Impl::authenticate(const HttpResponse& r, const std::string& scope) {

@@ -1,7 +1,6 @@
 #include "oci/credentials.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -11,7 +10,9 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
 #include "common/unique_fd.h"
+#include "common/wipe.h"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration): posix_spawnp's envp
 
@@ -23,6 +24,7 @@ using json = nlohmann::ordered_json;
 
 constexpr std::size_t kMaxConfigBytes = std::size_t{4} << 20;
 constexpr std::size_t kMaxHelperOutput = std::size_t{1} << 20;
+constexpr std::size_t kMaxAuthChars = 65536;
 
 Result<std::string> read_bounded(const fs::path& p, bool& missing) {
   missing = false;
@@ -73,28 +75,6 @@ std::string str_at(const json& o, const char* key) {
   if (!o.is_object()) return "";
   auto it = o.find(key);
   return it != o.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-std::string base64_encode(const std::string& in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
-  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return out;
-}
-
-std::optional<std::string> base64_decode(const std::string& in) {
-  if (in.empty() || in.size() % 4 != 0 || in.size() > 65536) return std::nullopt;
-  std::string out(in.size() / 4 * 3, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
-  if (n < 0) return std::nullopt;
-  size_t len = static_cast<size_t>(n);
-  // EVP_DecodeBlock counts the padding as zero bytes.
-  if (in.size() >= 2 && in[in.size() - 1] == '=') --len;
-  if (in.size() >= 2 && in[in.size() - 2] == '=') --len;
-  out.resize(len);
-  return out;
 }
 
 bool valid_helper_name(const std::string& n) {
@@ -232,9 +212,15 @@ Result<std::optional<Credentials>> find_credentials(const std::string& registry)
       Credentials c;
       c.identity_token = str_at(v, "identitytoken");
       if (auto a = str_at(v, "auth"); !a.empty()) {
-        auto dec = base64_decode(a);
+        // Decoded as Docker decodes it (common/base64.h), the decoding wiped once split.
+        Result<std::string> dec = make_error("longer than 64 KiB");
+        if (a.size() <= kMaxAuthChars) dec = base64_decode_lenient(a);
         const auto colon = dec ? dec->find(':') : std::string::npos;
-        if (colon == std::string::npos) return make_error(path.string() + ": auths." + k + ".auth is not base64 of USER:PASSWORD");
+        if (colon == std::string::npos) {
+          if (dec) wipe(*dec);
+          return make_error(path.string() + ": auths." + k + ".auth is not base64 of USER:PASSWORD");
+        }
+        const WipeOnExit wipe_dec(*dec);
         c.username = dec->substr(0, colon);
         c.password = dec->substr(colon + 1);
       } else {

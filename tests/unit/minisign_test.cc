@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/base64.h"
 #include "moon_test_util.h"
 
 namespace soyaos::minisign {

@@ -86,6 +86,32 @@ TEST(OciCredentials, AuthThatIsNotBase64OfUserColonPasswordIsAnError) {
   }
 }
 
+// As Docker (Go's base64.StdEncoding): line breaks are skipped (a wrapped `base64` output).
+// Until the codec was shared, CR/LF were accepted only at the end, four at a time.
+TEST(OciCredentials, LineBreaksInAuthAreSkipped) {
+  const DockerConfig d;
+  EXPECT_EQ(read_auth(d, R"(dTpw\n)"), "u:p");
+  EXPECT_EQ(read_auth(d, R"(dTpw\r\n\r\n)"), "u:p");
+  EXPECT_EQ(read_auth(d, R"(dXNl\ncjpw\nYXNz\n)"), "user:pass");
+  EXPECT_EQ(read_auth(d, R"(dTpwdw=\n=)"), "u:pw");
+}
+
+// What Docker refuses is refused. OpenSSL's EVP_DecodeBlock, used before, read '=' anywhere as
+// zero bits, took a '=' past the padding as one more zero byte, and skipped spaces and '-'
+// around the text when they came four at a time: each gave a wrong password (or the right one
+// by chance), now a clear error.
+TEST(OciCredentials, AuthThatDockerRefusesIsAnError) {
+  const DockerConfig d;
+  for (const char* bad : {"dTp=dTpw",  // was "u:" NUL "u:p"
+                          "dTpwd===",  // was "u:pt"
+                          "dTpw====",  // was "u:p" NUL
+                          "dTo=    ",  // was "u:" NUL
+                          "dTpw    ", "    dTpw", "dTpw----"}) {
+    EXPECT_NE(read_auth(d, bad).find("auths.r.example.auth is not base64 of USER:PASSWORD"), std::string::npos)
+        << bad << ": " << read_auth(d, bad);
+  }
+}
+
 // `soyaos login` without a helper writes standard base64 with padding, as docker login does.
 TEST(OciCredentials, StoredCredentialsAreStandardBase64AndReadBack) {
   const DockerConfig d;
