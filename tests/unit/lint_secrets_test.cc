@@ -6,6 +6,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
+#include <csignal>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -205,6 +210,93 @@ TEST(SecretBytes, PagesAreExcludedFromCoreDumps) {
   }
   (void)std::fclose(f);
   EXPECT_TRUE(found) << "the secret's pages lack VM_DONTDUMP";
+}
+
+// read_all sizes its pages to a regular file (one page for a key file, issue #16) and reads
+// the same as with the full buffer: every size around a page and the bound, from a file and
+// from a pipe (no size known), and more than kMaxBytes refused either way.
+TEST(SecretBytes, ReadAllReadsFilesAndPipesOfEverySizeUpToTheBound) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t max = SecretBytes::kMaxBytes;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{119}, page - 1, page, page + 1, 3 * page + 5, max - 1, max, max + 1,
+                   max + page}) {
+    std::string content(n, '\0');
+    for (size_t i = 0; i < n; ++i) content[i] = static_cast<char>('a' + i % 26);
+    char path[] = "/tmp/soyaos-secret-bytes-XXXXXX";
+    const int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, content.data(), n), static_cast<ssize_t>(n));
+    ASSERT_EQ(::lseek(fd, 0, SEEK_SET), 0);
+    auto from_file = SecretBytes::read_all(fd, "file");
+    (void)::close(fd);
+    (void)::unlink(path);
+    if (n > max) {
+      EXPECT_FALSE(from_file.ok()) << n;
+      EXPECT_EQ(from_file.error().err, EFBIG) << n;
+    } else {
+      ASSERT_TRUE(from_file.ok()) << n << ": " << from_file.error().describe();
+      EXPECT_EQ(from_file->view(), content) << n;
+    }
+    // A pipe: no size to go by; written by a child so that more than the pipe holds fits.
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      (void)::close(p[0]);
+      size_t off = 0;
+      while (off < n) {
+        const ssize_t w = ::write(p[1], content.data() + off, n - off);
+        if (w <= 0) ::_exit(1);
+        off += static_cast<size_t>(w);
+      }
+      ::_exit(0);
+    }
+    (void)::close(p[1]);
+    auto from_pipe = SecretBytes::read_all(p[0], "pipe");
+    (void)::close(p[0]);
+    int status = 0;
+    (void)::waitpid(child, &status, 0);
+    if (n > max) {
+      EXPECT_FALSE(from_pipe.ok()) << n;
+    } else {
+      ASSERT_TRUE(from_pipe.ok()) << n;
+      EXPECT_EQ(from_pipe->view(), content) << n;
+    }
+  }
+}
+
+// A regular file longer than its size said at fstat (procfs reports 0 for its files; a
+// child's environ of ~10 KiB): the buffer grows past its first page and nothing is lost.
+TEST(SecretBytes, ReadAllGrowsPastAFilesStatedSize) {
+  const std::string var = "SOYAOS_BIG=" + std::string(10000, 'v');
+  char* const argv[] = {const_cast<char*>("/bin/sleep"), const_cast<char*>("5"), nullptr};
+  char* const envp[] = {const_cast<char*>(var.c_str()), nullptr};
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::execve(argv[0], argv, envp);
+    ::_exit(127);
+  }
+  const std::string file = "/proc/" + std::to_string(child) + "/environ";
+  std::string want = var + std::string(1, '\0');
+  std::string got;
+  for (int i = 0; i < 500 && got != want; ++i) {  // until the child has exec'd
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    ASSERT_EQ(st.st_size, 0);
+    auto v = SecretBytes::read_all(fd, "environ");
+    (void)::close(fd);
+    ASSERT_TRUE(v.ok()) << v.error().describe();
+    got = std::string(v->view());
+    if (got != want) ::usleep(2000);
+  }
+  (void)::kill(child, SIGKILL);
+  (void)::waitpid(child, nullptr, 0);
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "the environ read lost or changed bytes";
 }
 
 TEST(Placeholder, IsPrefixedRandomHex) {
