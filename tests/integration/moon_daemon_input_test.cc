@@ -50,15 +50,23 @@ std::vector<json> wrong_records() {
   return v;
 }
 
-TEST(MoonDaemonInput, MalformedFieldsFailTheRequestNotTheDaemon) {
-  TempDir dir;
-  const std::string home = (dir.path() / "home").string();
-  const std::string sock = (dir.path() / "moon.sock").string();
-  const fs::path log = dir.path() / "daemon.log";
-  Daemon d;
-  d.start(home, {"--socket", sock}, log);
-  for (int i = 0; i < 500 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_TRUE(fs::exists(sock)) << read_file(log);
+// Each test has a `soyaos moon serve` of its own, listening on sock_ by the time it starts.
+class MoonDaemonInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    d_.start(home_, {"--socket", sock_}, log_);
+    for (int i = 0; i < 500 && !fs::exists(sock_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(fs::exists(sock_)) << read_file(log_);
+  }
+
+  TempDir dir_;
+  const std::string home_ = (dir_.path() / "home").string();
+  const std::string sock_ = (dir_.path() / "moon.sock").string();
+  const fs::path log_ = dir_.path() / "daemon.log";
+  Daemon d_;
+};
+
+TEST_F(MoonDaemonInput, MalformedFieldsFailTheRequestNotTheDaemon) {
 
   const auto records = wrong_records();
   size_t sent = 0;
@@ -75,46 +83,38 @@ TEST(MoonDaemonInput, MalformedFieldsFailTheRequestNotTheDaemon) {
     // failed as malformed (its reply says so), and a new one is opened then.
     std::unique_ptr<RawClient> c;
     for (const auto& req : requests) {
-      if (!c) c = std::make_unique<RawClient>(sock);
+      if (!c) c = std::make_unique<RawClient>(sock_);
       ASSERT_TRUE(c->connected()) << "the daemon stopped answering after " << sent << " requests; the last was "
-                                  << req.dump() << "\n" << read_file(log);
+                                  << req.dump() << "\n" << read_file(log_);
       const std::string reply = c->call(req);
       ++sent;
-      ASSERT_FALSE(reply.empty()) << "no reply to " << req.dump() << "\n" << read_file(log);
+      ASSERT_FALSE(reply.empty()) << "no reply to " << req.dump() << "\n" << read_file(log_);
       const json r = json::parse(reply, nullptr, false);
       ASSERT_TRUE(r.is_object() && r.contains("ok")) << req.dump() << " -> " << reply;
       if (reply.find("a malformed request") != std::string::npos) c.reset();
     }
   }
   // Still serving, as before: a well-formed request on a new connection.
-  RawClient c(sock);
-  ASSERT_TRUE(c.connected()) << read_file(log);
+  RawClient c(sock_);
+  ASSERT_TRUE(c.connected()) << read_file(log_);
   const json st = json::parse(c.call({{"op", "status"}}), nullptr, false);
   EXPECT_EQ(st.value("ok", false), true) << st.dump();
-  EXPECT_EQ(d.wait(0), -1) << "the daemon exited: " << read_file(log);
+  EXPECT_EQ(d_.wait(0), -1) << "the daemon exited: " << read_file(log_);
   EXPECT_GT(sent, 5000u);
 }
 
 // E7: the daemon's log line quotes what a client sent (here the op of its request) raw no
 // more: escaped once where it is written, no ESC, BEL or CR byte in the log, a backslash
 // shown as \\ (not doubled).
-TEST(MoonDaemonInput, AClientsTextIsEscapedOnceInTheLog) {
-  TempDir dir;
-  const std::string home = (dir.path() / "home").string();
-  const std::string sock = (dir.path() / "moon.sock").string();
-  const fs::path log = dir.path() / "daemon.log";
-  Daemon d;
-  d.start(home, {"--socket", sock}, log);
-  for (int i = 0; i < 500 && !fs::exists(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_TRUE(fs::exists(sock)) << read_file(log);
+TEST_F(MoonDaemonInput, AClientsTextIsEscapedOnceInTheLog) {
   {
-    RawClient c(sock);
+    RawClient c(sock_);
     ASSERT_TRUE(c.connected());
     EXPECT_NE(c.call({{"op", "o\x1b]0;t\a\r a\\b"}}), "");
   }
   const std::string shown = "o\\x1B]0;t\\x07\\r a\\\\b";
   std::string text;
-  for (int i = 0; i < 250 && (text = read_file(log)).find(shown) == std::string::npos; ++i) {
+  for (int i = 0; i < 250 && (text = read_file(log_)).find(shown) == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(text.find(c), std::string::npos) << text;

@@ -63,6 +63,17 @@ void fill(const fs::path& home) {
   }
 }
 
+// fill()s the store at `home`, then reads its rows as stored (what an intruder with the
+// database file works from).
+void fill_and_read(const fs::path& home, std::vector<StoredEvent>* rows) {
+  fill(home);
+  auto store = EventStore::open(home);
+  ASSERT_TRUE(store);
+  auto stored = store->query({});
+  ASSERT_TRUE(stored);
+  *rows = std::move(*stored);
+}
+
 std::vector<std::string> verify(const fs::path& home, std::optional<std::string> run = std::nullopt) {
   auto store = Store::open(home);
   EXPECT_TRUE(store) << store.error().describe();
@@ -188,13 +199,10 @@ TEST(MoonChain, TruncatedTailWithoutTheHeadFileIsNamed) {
 
 TEST(MoonChain, RehashedEditBreaksTheNextLinkAndTheCheckpoint) {
   TmpDir t;
-  fill(t.path());
+  std::vector<StoredEvent> rows;
+  ASSERT_NO_FATAL_FAILURE(fill_and_read(t.path(), &rows));
   // An intruder who knows the formula recomputes the edited row's hash.
-  auto store = EventStore::open(t.path());
-  ASSERT_TRUE(store);
-  auto rows = store->query({});
-  ASSERT_TRUE(rows);
-  const auto& r = (*rows)[4];  // seq 5
+  const auto& r = rows[4];  // seq 5
   std::string forged = r.json;
   forged.replace(forged.find("\"n\":0"), 5, "\"n\":9");
   const std::string h = chain::event_hash(5, r.prev_hash, forged);
@@ -205,18 +213,15 @@ TEST(MoonChain, RehashedEditBreaksTheNextLinkAndTheCheckpoint) {
 
 TEST(MoonChain, InsertedRowIsNamedEvenWithAValidHash) {
   TmpDir t;
-  fill(t.path());
-  auto store = EventStore::open(t.path());
-  ASSERT_TRUE(store);
-  auto rows = store->query({});
-  ASSERT_TRUE(rows);
+  std::vector<StoredEvent> rows;
+  ASSERT_NO_FATAL_FAILURE(fill_and_read(t.path(), &rows));
   // A fabricated violation for R3, linked and hashed by the formula, after the end.
   json forged = event("capability_violation", "R3", 5);
   const std::string text = forged.dump();
-  const std::string h = chain::event_hash(13, rows->back().hash, text);
+  const std::string h = chain::event_hash(13, rows.back().hash, text);
   tamper(t.path(), "INSERT INTO events (seq, time, type, run_id, pack, version, json, prev_hash, hash) VALUES (13, '" +
                        forged["time"].get<std::string>() + "', 'capability_violation', 'R3', 'alpha', '1.0.0', '" +
-                       text + "', '" + rows->back().hash + "', '" + h + "')");
+                       text + "', '" + rows.back().hash + "', '" + h + "')");
   auto p = verify(t.path());
   EXPECT_TRUE(names(p, "seq 13", "after the last checkpoint")) << all(p);
   EXPECT_TRUE(names(verify(t.path(), "R3"), "run R3", "after the last checkpoint"));
@@ -295,6 +300,32 @@ TEST(MoonChain, KeyFilesInAnyPemLayoutAreTheSameKey) {
   EXPECT_FALSE(chain::MoonKey::load_or_create(t.path()));
 }
 
+// The private key in a PEM text, read by OpenSSL (nullptr when it cannot).
+EVP_PKEY* openssl_private_key(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return nullptr;
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  return key;
+}
+
+// OpenSSL's Ed25519 signature of `msg` by `key` (deterministic), in base64 by OpenSSL's own
+// encoder: what a checkpoint signed with the same key must carry, byte for byte.
+void openssl_signature_b64(EVP_PKEY* key, const std::string& msg, std::string* out) {
+  unsigned char sig[64];
+  size_t len = sizeof sig;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  const int init = EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, key);
+  const auto* data = reinterpret_cast<const unsigned char*>(msg.data());
+  const int sign = init == 1 ? EVP_DigestSign(ctx, sig, &len, data, msg.size()) : 0;
+  EVP_MD_CTX_free(ctx);
+  ASSERT_EQ(init, 1);
+  ASSERT_EQ(sign, 1);
+  unsigned char b64[89];
+  ASSERT_EQ(EVP_EncodeBlock(b64, sig, static_cast<int>(len)), 88);
+  out->assign(reinterpret_cast<const char*>(b64), 88);
+}
+
 // Checkpoints are signed with libsodium (issue #16: no OpenSSL provider start-up in every
 // process that stores events) and verified with OpenSSL, as a third party does: the signature
 // must be byte for byte the one OpenSSL makes with moon.key (Ed25519 is deterministic), for a
@@ -310,27 +341,18 @@ TEST(MoonChain, SignaturesAreOpenSslsOwnForTheSameKey) {
 
   std::ifstream key_in(t.path() / "moon.key");
   const std::string pem((std::istreambuf_iterator<char>(key_in)), std::istreambuf_iterator<char>());
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  ASSERT_NE(bio, nullptr);
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
+  EVP_PKEY* key = openssl_private_key(pem);
   ASSERT_NE(key, nullptr);
   for (int64_t seq : {1, 2, 1000}) {
     const std::string hash = sha256_hex("event " + std::to_string(seq));
     const std::string time = "2026-12-01T00:00:0" + std::to_string(seq % 10) + ".000000Z";
     const std::string msg = chain::checkpoint_message(seq, hash, time);
-    unsigned char sig[64];
-    size_t len = sizeof sig;
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    ASSERT_EQ(EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, key), 1);
-    ASSERT_EQ(EVP_DigestSign(ctx, sig, &len, reinterpret_cast<const unsigned char*>(msg.data()), msg.size()), 1);
-    EVP_MD_CTX_free(ctx);
-    unsigned char b64[89];
-    ASSERT_EQ(EVP_EncodeBlock(b64, sig, static_cast<int>(len)), 88);
+    std::string want;
+    ASSERT_NO_FATAL_FAILURE(openssl_signature_b64(key, msg, &want));
     for (const auto* k : {&*created, &*loaded}) {
       auto cp = k->sign(seq, hash, time);
       ASSERT_TRUE(cp) << cp.error().describe();
-      EXPECT_EQ(cp->signature, std::string(reinterpret_cast<const char*>(b64), 88)) << seq;
+      EXPECT_EQ(cp->signature, want) << seq;
       EXPECT_EQ(cp->key_id, created->id());
       EXPECT_TRUE(created->verify(*cp));
       auto forged = *cp;
@@ -374,9 +396,7 @@ TEST(MoonChain, KeyFilesAreByteForByteOpenSslsBothWays) {
   ASSERT_TRUE(created) << created.error().describe();
   const std::string key_pem = read_file(t.path() / "moon.key");
   const std::string pub_pem = read_file(t.path() / "moon.pub");
-  BIO* bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
+  EVP_PKEY* key = openssl_private_key(key_pem);
   ASSERT_NE(key, nullptr);
   EXPECT_EQ(EVP_PKEY_get_id(key), EVP_PKEY_ED25519);
   EXPECT_EQ(pem_of_openssl(key, true), key_pem);
@@ -403,17 +423,11 @@ TEST(MoonChain, KeyFilesAreByteForByteOpenSslsBothWays) {
   EXPECT_EQ(loaded->id(), "ed25519:" + sha256_hex(std::string_view(reinterpret_cast<const char*>(raw), len)).substr(0, 16));
   // Its signatures are OpenSSL's (Ed25519 is deterministic) and verify.
   const std::string msg = chain::checkpoint_message(7, std::string(64, 'b'), "2026-12-01T00:00:07.000000Z");
-  unsigned char sig[64];
-  size_t sig_len = sizeof sig;
-  EVP_MD_CTX* md = EVP_MD_CTX_new();
-  ASSERT_EQ(EVP_DigestSignInit(md, nullptr, nullptr, nullptr, generated), 1);
-  ASSERT_EQ(EVP_DigestSign(md, sig, &sig_len, reinterpret_cast<const unsigned char*>(msg.data()), msg.size()), 1);
-  EVP_MD_CTX_free(md);
-  unsigned char b64[89];
-  ASSERT_EQ(EVP_EncodeBlock(b64, sig, static_cast<int>(sig_len)), 88);
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(openssl_signature_b64(generated, msg, &want));
   auto cp = loaded->sign(7, std::string(64, 'b'), "2026-12-01T00:00:07.000000Z");
   ASSERT_TRUE(cp) << cp.error().describe();
-  EXPECT_EQ(cp->signature, std::string(reinterpret_cast<const char*>(b64), 88));
+  EXPECT_EQ(cp->signature, want);
   EXPECT_TRUE(loaded->verify(*cp));
   auto bad = *cp;
   bad.signature[10] = bad.signature[10] == 'A' ? 'B' : 'A';

@@ -174,6 +174,16 @@ std::vector<std::string> ids_of(const std::vector<json>& batches) {
 
 class RecorderCall : public ::testing::Test {
  protected:
+  // rec.call() with a function that only notes that it ran; how long the call took to `waited`.
+  static Status call_noting_run(RunRecorder& rec, bool& ran, steady_clock::duration* waited = nullptr) {
+    const auto t0 = steady_clock::now();
+    Status s = rec.call([&](MoonBackend&) {
+      ran = true;
+      return Status{};
+    });
+    if (waited != nullptr) *waited = steady_clock::now() - t0;
+    return s;
+  }
   std::unique_ptr<MoonBackend> connect() {
     auto backend = open_remote(dir_.path() / "moon.sock", std::nullopt);
     EXPECT_TRUE(backend) << backend.error().describe();
@@ -205,12 +215,8 @@ TEST_F(RecorderCall, AWriterThatCannotTakeTheCallInTimeIsAClearErrorAndLosesNoth
   rec.push(started);
   ASSERT_TRUE(daemon.saw("run_begin"));
   bool ran = false;
-  const auto t0 = steady_clock::now();
-  Status s = rec.call([&](MoonBackend&) {
-    ran = true;
-    return Status{};
-  });
-  const auto waited = steady_clock::now() - t0;
+  steady_clock::duration waited{};
+  Status s = call_noting_run(rec, ran, &waited);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().describe().find("the Moon's writer did not take the request within 300 ms"), std::string::npos)
       << s.error().describe();
@@ -225,10 +231,7 @@ TEST_F(RecorderCall, AWriterThatCannotTakeTheCallInTimeIsAClearErrorAndLosesNoth
   ASSERT_TRUE(rec.wait_durable());
   EXPECT_EQ(rec.stored(), 4U);
   // The writer is well again: a call runs, after what was queued.
-  s = rec.call([&](MoonBackend&) {
-    ran = true;
-    return Status{};
-  });
+  s = call_noting_run(rec, ran);
   EXPECT_TRUE(s) << s.error().describe();
   EXPECT_TRUE(ran);
   ASSERT_TRUE(rec.finish());
@@ -266,12 +269,8 @@ TEST_F(RecorderCall, AFatalRefusalEndsACallAtOnceWithItsCause) {
     begin.open();
   });
   bool ran = false;
-  const auto t0 = steady_clock::now();
-  Status s = rec.call([&](MoonBackend&) {
-    ran = true;
-    return Status{};
-  });
-  const auto waited = steady_clock::now() - t0;
+  steady_clock::duration waited{};
+  Status s = call_noting_run(rec, ran, &waited);
   refuse.join();
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().describe().find("the Moon's writer has stopped: run_begin: refused by the test"),
@@ -280,10 +279,7 @@ TEST_F(RecorderCall, AFatalRefusalEndsACallAtOnceWithItsCause) {
   EXPECT_EQ(s.error().err, EPERM) << "the daemon's errno reaches the caller";
   EXPECT_FALSE(ran);
   EXPECT_LT(waited, std::chrono::seconds(20)) << "a fatal error must not wait for the deadline";
-  s = rec.call([&](MoonBackend&) {
-    ran = true;
-    return Status{};
-  });
+  s = call_noting_run(rec, ran);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().describe().find("has stopped"), std::string::npos) << s.error().describe();
   EXPECT_FALSE(ran);

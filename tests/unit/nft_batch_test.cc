@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,23 +88,50 @@ std::vector<std::string> reference_commands(const NetworkPlan& plan) {
   return cmds;
 }
 
-// In a forked child with a network namespace of its own (and, without root, the user
-// namespace that owns it): installs the plan's ruleset (through libnftables when `text`, else
-// as the batch) and returns the kernel's listings, or "SKIP ..." / "FAIL ...".
-std::string listing_in_fresh_netns(const NetworkPlan& plan, bool text) {
+// What a child said and how it ended (a waitpid() status; -1 when it could not be forked).
+struct ChildReport {
+  std::string out;
+  int status = -1;
+  [[nodiscard]] bool exited(int code) const { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+};
+
+// Ends the child with `status` after writing `text` to the parent.
+using Say = std::function<void(const std::string& text, int status)>;
+
+// Runs body(say) in a forked child with a network namespace of its own (and, without root, the
+// user namespace that owns it). The body ends by say(); a child whose namespaces cannot be made
+// says "SKIP unshare: ..." and exits kSkipStatus.
+ChildReport in_fresh_netns(const std::function<void(const Say& say)>& body) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return "FAIL pipe2";
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {"FAIL pipe2"};
   const pid_t pid = ::fork();
-  if (pid < 0) return "FAIL fork";
+  if (pid < 0) return {"FAIL fork"};
   if (pid == 0) {
     ::close(fds[0]);
-    auto say = [&](const std::string& s, int status) {
+    const Say say = [&](const std::string& s, int status) {
       (void)!::write(fds[1], s.data(), s.size());
       ::_exit(status);
     };
     if (::unshare(::geteuid() == 0 ? CLONE_NEWNET : CLONE_NEWUSER | CLONE_NEWNET) != 0) {
       say(std::string("SKIP unshare: ") + std::strerror(errno), kSkipStatus);
     }
+    body(say);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  ChildReport r;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) r.out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  ::waitpid(pid, &r.status, 0);
+  return r;
+}
+
+// In a fresh network namespace: installs the plan's ruleset (through libnftables when `text`,
+// else as the batch) and returns the kernel's listings, or "SKIP ..." / "FAIL ...".
+std::string listing_in_fresh_netns(const NetworkPlan& plan, bool text) {
+  auto install_and_list = [&](const Say& say) {
     if (text) {
       for (const auto& cmd : reference_commands(plan)) {
         bool ok = false;
@@ -121,16 +149,8 @@ std::string listing_in_fresh_netns(const NetworkPlan& plan, bool text) {
     // One JSON object per line, so that a difference is reported as one object.
     for (size_t at = 0; (at = json.find("}}, {", at)) != std::string::npos; at += 5) json.replace(at, 5, "}},\n{");
     say(bytecode + "\n----\n" + json, 0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return out;
+  };
+  return in_fresh_netns(install_and_list).out;
 }
 
 // The first line where two listings differ (a long listing's whole text would bury it).
@@ -274,19 +294,7 @@ TEST(NftBatch, NamesEveryMessage) {
 // process that owns its netns but holds no capability (as the agent after the credentials
 // step), which nfnetlink refuses whole (EPERM, on the batch itself).
 TEST(NftBatch, ARefusedBatchNamesTheErrno) {
-  int fds[2];
-  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    auto say = [&](const std::string& s, int status) {
-      (void)!::write(fds[1], s.data(), s.size());
-      ::_exit(status);
-    };
-    if (::unshare(::geteuid() == 0 ? CLONE_NEWNET : CLONE_NEWUSER | CLONE_NEWNET) != 0) {
-      say(std::string("SKIP unshare: ") + std::strerror(errno), kSkipStatus);
-    }
+  const ChildReport r = in_fresh_netns([](const Say& say) {
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct none[2] = {};
     if (::syscall(SYS_capset, &header, none) != 0) say(std::string("capset: ") + std::strerror(errno), 1);
@@ -294,20 +302,12 @@ TEST(NftBatch, ARefusedBatchNamesTheErrno) {
     if (s) say("installed without CAP_NET_ADMIN", 1);
     if (s.error().err != EPERM) say("errno " + std::to_string(s.error().err) + ": " + s.error().describe(), 1);
     say(s.error().describe(), 0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == kSkipStatus) GTEST_SKIP() << out;
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-  EXPECT_NE(out.find("nftables: install ruleset: the kernel refused the batch: Operation not permitted"),
+  });
+  if (r.exited(kSkipStatus)) GTEST_SKIP() << r.out;
+  ASSERT_TRUE(r.exited(0)) << r.out;
+  EXPECT_NE(r.out.find("nftables: install ruleset: the kernel refused the batch: Operation not permitted"),
             std::string::npos)
-      << out;
+      << r.out;
 }
 
 }  // namespace
