@@ -105,6 +105,10 @@ struct CacheHit {
   int exit_code = 0;
   std::string out;
   std::string err;
+  // "sha256:..." of out and err: the digests the entry's manifest names, which lookup() has
+  // checked the bytes against (so a replay need not hash them again).
+  std::string out_digest;
+  std::string err_digest;
   bool has_out_dir = false;
   std::vector<OutNode> tree;  // parents before children
 };

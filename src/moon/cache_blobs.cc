@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -194,7 +195,8 @@ Result<std::optional<CacheHit>> ResultCache::lookup(const std::string& key, bool
       hit.provable = m.at("provable").get<bool>();
       hit.stored_at = m.at("stored_at").get<std::string>();
       hit.exit_code = m.at("exit_code").get<int>();
-      for (auto [field, dest] : {std::pair{"stdout", &hit.out}, std::pair{"stderr", &hit.err}}) {
+      for (auto [field, dest, dest_digest] : {std::tuple{"stdout", &hit.out, &hit.out_digest},
+                                              std::tuple{"stderr", &hit.err, &hit.err_digest}}) {
         const auto& b = m.at(field);
         auto digest = b.at("digest").get<std::string>();
         if (!valid_digest(digest)) return make_error("bad digest", EBADMSG);
@@ -204,6 +206,7 @@ Result<std::optional<CacheHit>> ResultCache::lookup(const std::string& key, bool
           return data.error();
         }
         *dest = std::move(data.value());
+        *dest_digest = std::move(digest);  // what the bytes were just checked against
       }
       hit.has_out_dir = !m.at("out").is_null();
       if (hit.has_out_dir) {

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "common/digest.h"
 #include "moon_test_util.h"
 
 namespace soyaos::moon {
@@ -176,6 +177,9 @@ TEST(ResultCache, StoresAndReplaysBytesTreeAndModes) {
   const CacheHit& h = **hit;
   EXPECT_EQ(h.out, req.out);
   EXPECT_EQ(h.err, "warning\n");
+  // The digests a replay credits (E6's check against run_finished) are those of these bytes.
+  EXPECT_EQ(h.out_digest, "sha256:" + sha256_hex(h.out));
+  EXPECT_EQ(h.err_digest, "sha256:" + sha256_hex(h.err));
   EXPECT_EQ(h.exit_code, 0);
   EXPECT_EQ(h.run_id, req.run_id);
   EXPECT_TRUE(h.provable);
