@@ -20,13 +20,16 @@
 #include <openssl/sha.h>
 #include <sodium.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
-#include <fstream>
+#include <cerrno>
 #include <memory>
-#include <vector>
 
 #include "common/libcrypto.h"
 #include "common/sha256_hw.h"
+#include "common/unique_fd.h"
 
 namespace soyaos {
 
@@ -131,14 +134,23 @@ std::string Sha256::hex() {
 
 namespace {
 
+// A pack file's digest. read(2) into a buffer that is not zeroed first: a pack of small
+// files touched one page per file instead of zeroing (and faulting in) 64 KiB for each, and
+// std::ifstream's locale set-up per file (issue #16: a cache hit digests the pack).
 Result<std::string> file_digest(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return make_error("read " + p.string(), errno);
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return make_error("read " + p.string(), errno);
+  constexpr size_t kChunk = size_t{1} << 16;
+  const auto buf = std::make_unique_for_overwrite<char[]>(kChunk);
   Sha256 h;
-  std::vector<char> buf(1 << 16);
-  while (f) {
-    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    h.update(std::string_view(buf.data(), static_cast<size_t>(f.gcount())));
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf.get(), kChunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error("read " + p.string(), errno);
+    }
+    if (n == 0) break;
+    h.update(buf.get(), static_cast<size_t>(n));
   }
   return h.hex();
 }
