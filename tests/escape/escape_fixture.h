@@ -31,6 +31,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/base64.h"
 #include "harness.h"
 
 namespace soyaos::testing {
@@ -88,21 +89,16 @@ inline std::string sha16(const std::string& data) {
   return std::string(buf, std::min<size_t>(n, 16));
 }
 
-inline std::string base64_decode(const std::string& in) {
-  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  int val = 0, bits = -8;
-  for (char c : in) {
-    auto pos = chars.find(c);
-    if (pos == std::string::npos) break;
-    val = (val << 6) + static_cast<int>(pos);
-    bits += 6;
-    if (bits >= 0) {
-      out.push_back(static_cast<char>((val >> bits) & 0xff));
-      bits -= 8;
-    }
+// A probe result's base64 (Python's b64encode: canonical) decoded by the tree's codec
+// (common/base64.h). A text it refuses fails the test: a garbled result must not pass as one
+// that shows nothing.
+inline std::string probe_base64(const std::string& in) {
+  auto r = soyaos::base64_decode(in);
+  if (!r) {
+    ADD_FAILURE() << "probe result: " << r.error().message << ": " << in.substr(0, 80);
+    return {};
   }
-  return out;
+  return std::move(r.value());
 }
 
 class EscapeTest : public ::testing::Test {

@@ -377,8 +377,11 @@ TEST_F(EscapeTest, NothingAboutTheHostLeaks) {
   EXPECT_CASE(run, "info.sysinfo", "ok total=1073741824 free_le_total=1 swap=0 procs=1 uptime_pos=1");
   EXPECT_CASE(run, "info.sysinfo_bad_pointer", "errno=EFAULT");
   EXPECT_CASE(run, "info.phys_pages", "ok 1073741824");
-  std::string environ1 = base64_decode(run.get("info.environ_pid1").substr(3));
-  EXPECT_EQ(environ1.find(kSecret), std::string::npos);
+  // pid 1's environment holds no secret of the operator's (or cannot be read: as safe).
+  if (const std::string environ1 = run.get("info.environ_pid1"); environ1.rfind("errno=", 0) != 0) {
+    ASSERT_EQ(environ1.rfind("ok ", 0), 0u) << environ1;
+    EXPECT_EQ(probe_base64(environ1.substr(3)).find(kSecret), std::string::npos);
+  }
   // Mount tables name no host path: not the operator's home, not the source/build tree,
   // not the temporary directory that holds the pack and the canaries. (Refusing to show
   // the tables at all is as safe.)
@@ -388,7 +391,7 @@ TEST_F(EscapeTest, NothingAboutTheHostLeaks) {
     std::string r = run.get(table);
     if (r.rfind("errno=", 0) == 0) continue;
     ASSERT_EQ(r.rfind("ok ", 0), 0u) << table << ": " << r;
-    std::string text = base64_decode(r.substr(3));
+    std::string text = probe_base64(r.substr(3));
     for (const std::string& host : {std::string("/root"), std::string("/home"), std::string("/work/"),
                                     dir_.path().string(), dir_.path().filename().string()}) {
       EXPECT_EQ(text.find(host), std::string::npos) << table << " shows the host path " << host << ":\n" << text;
@@ -397,7 +400,7 @@ TEST_F(EscapeTest, NothingAboutTheHostLeaks) {
   // Own cgroup namespace: every hierarchy is at its root.
   std::string r = run.get("info.cgroup");
   ASSERT_EQ(r.rfind("ok ", 0), 0u) << r;
-  std::istringstream cg(base64_decode(r.substr(3)));
+  std::istringstream cg(probe_base64(r.substr(3)));
   for (std::string line; std::getline(cg, line);) {
     EXPECT_EQ(line.substr(line.rfind(':')), ":/") << line;
   }
