@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -55,11 +56,46 @@ void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool re
     reset_close(c->agent);
     reset_close(c->upstream);
   }
+  // Nothing touches a closed connection's pipes again (dispatch skips it, and every caller
+  // returns right after close_conn): they can serve the next connection now.
+  pipe_return(c->up);
+  pipe_return(c->down);
   c->closed = true;
   auto it = conns.find(c->id);
   if (it == conns.end()) return;
   dead_conns.push_back(std::move(it->second));
   conns.erase(it);
+}
+
+bool EgressService::Impl::pipe_take(Half& h) {
+  if (!pipe_pool.empty()) {
+    h.pipe_r = std::move(pipe_pool.back().r);
+    h.pipe_w = std::move(pipe_pool.back().w);
+    pipe_pool.pop_back();
+    return true;
+  }
+  int p[2];
+  if (::pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) return false;
+  h.pipe_r.reset(p[0]);
+  h.pipe_w.reset(p[1]);
+  // Best effort: an unprivileged user past fs.pipe-user-pages-soft keeps the default size.
+  (void)::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(limits.pipe_bytes));
+  return true;
+}
+
+void EgressService::Impl::pipe_return(Half& h) {
+  if (!h.pipe_r || !h.pipe_w) return;
+  // in_pipe counts every byte put in (splice, the TLS watch's write) and not yet taken out,
+  // so 0 means empty; FIONREAD asks the kernel too, so that a miscount can only cost a pipe,
+  // never hand one connection's bytes to the next (another destination, maybe).
+  int queued = -1;
+  if (h.in_pipe == 0 && pipe_pool.size() < std::min(kPipePool, budget.conn_cap) && ::ioctl(h.pipe_r.get(), FIONREAD, &queued) == 0 &&
+      queued == 0) {
+    pipe_pool.push_back({std::move(h.pipe_r), std::move(h.pipe_w)});
+    return;
+  }
+  h.pipe_r.reset();
+  h.pipe_w.reset();
 }
 
 void EgressService::Impl::resolve(Conn* c) {
@@ -261,14 +297,10 @@ void EgressService::Impl::connected(Conn* c, bool known_ok) {
     return;
   }
   for (Half* h : {&c->up, &c->down}) {
-    int p[2];
-    if (::pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+    if (!pipe_take(*h)) {
       fail_upstream(c, "pipe2: " + std::string(std::strerror(errno)));
       return;
     }
-    h->pipe_r.reset(p[0]);
-    h->pipe_w.reset(p[1]);
-    (void)::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(limits.pipe_bytes));
   }
   c->opened = true;
   c->last_activity = now_ms();
@@ -376,42 +408,75 @@ void EgressService::Impl::update_interest(Conn* c) {
       if (c->up.in_pipe > 0 || c->head_sent < c->head.size()) u |= EPOLLOUT;
       break;
   }
-  if (c->agent) rewatch_or_remove(c->agent.get(), a, &c->w_agent, &c->ev_agent);
-  if (c->upstream) rewatch_or_remove(c->upstream.get(), u, &c->w_up, &c->ev_up);
+  // While relaying, a side stays in the set even when nothing is wanted of it: EPOLLERR is
+  // reported whatever the interest, so a reset of a side whose direction waits on the other
+  // (its pipe full) is seen at once (hung_up) — unless it hung up, which is reported forever.
+  const bool relaying = c->state == State::relaying;
+  if (c->agent) rewatch_or_remove(c->agent.get(), a, &c->w_agent, &c->ev_agent, relaying, c->agent_hup);
+  if (c->upstream) rewatch_or_remove(c->upstream.get(), u, &c->w_up, &c->ev_up, relaying, c->up_hup);
 }
 
-void EgressService::Impl::rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current) {
-  if (events == 0) {
-    if (*current != UINT32_MAX && *current != 0) {
-      // Keep the fd registered with no events (cheaper than DEL/ADD churn).
-      struct epoll_event ev {};
-      ev.data.ptr = w;
-      (void)::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, fd, &ev);
-      *current = 0;
-    }
-    // Not in the set yet: nothing to wait for, so it is added when there is (one epoll_ctl
-    // less per connection that resolves or connects before it needs the agent's side).
+void EgressService::Impl::rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current, bool keep,
+                                            bool hup) {
+  if (events != 0) {
+    rewatch(fd, events, w, current);
     return;
   }
-  rewatch(fd, events, w, current);
+  if (hup) {
+    if (*current != UINT32_MAX) unwatch(fd);
+    *current = UINT32_MAX;
+    return;
+  }
+  if (*current == UINT32_MAX) {
+    // Not in the set yet: outside the relay nothing is waited for, so it is added when there
+    // is (one epoll_ctl less per connection that resolves or connects before it needs the
+    // agent's side); relaying, it goes in with no events, for EPOLLERR.
+    if (keep) rewatch(fd, 0, w, current);
+    return;
+  }
+  if (*current != 0) rewatch(fd, 0, w, current);  // kept with no events: cheaper than DEL/ADD churn
 }
 
 void EgressService::Impl::conn_event(Conn* c, bool agent_side, uint32_t ev) {
   switch (c->state) {
     case State::head:
       if (agent_side) head_ready(c);
-      return;
+      break;
     case State::resolving:
-      return;
+      break;
     case State::connecting:
       if (!agent_side) connected(c, false);
-      return;
+      break;
     case State::relaying:
       c->last_activity = now_ms();
-      (void)ev;
       pump(c);
-      return;
+      break;
   }
+  if (!c->closed && (ev & (EPOLLERR | EPOLLHUP)) != 0) hung_up(c, agent_side, ev);
+}
+
+// EPOLLERR and EPOLLHUP are reported whatever a descriptor's interest: a side the relay has
+// nothing to do with now (kept in the set with no events: its pipe is full and waits for the
+// other side, or the upstream is still being resolved) would wake the loop again at once,
+// for as long as the other side takes — an agent's reset behind a full pipe spun the loop
+// until the run ended. With interest, the I/O that follows meets the error or the EOF itself.
+void EgressService::Impl::hung_up(Conn* c, bool agent_side, uint32_t ev) {
+  uint32_t& current = agent_side ? c->ev_agent : c->ev_up;
+  const int fd = agent_side ? c->agent.get() : c->upstream.get();
+  if (current != 0 || fd < 0) return;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if ((ev & EPOLLERR) != 0 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+    // A reset (or another failure) of one side ends the connection, as when a splice meets
+    // it: the other side is reset too, and whatever was still in the pipes is dropped.
+    close_conn(c, "reset", true);
+    return;
+  }
+  // Both directions are over on this socket (EPOLLHUP): out of the set whenever the relay
+  // wants nothing of it (update_interest adds it back when it does; the I/O then sees the end).
+  (agent_side ? c->agent_hup : c->up_hup) = true;
+  unwatch(fd);
+  current = UINT32_MAX;
 }
 
 }  // namespace soyaos::supervisor

@@ -127,6 +127,7 @@ struct EgressService::Impl {
     bool learn = false;
     std::string entry_key;
     uint32_t ev_agent = 0, ev_up = 0;
+    bool agent_hup = false, up_hup = false;  // EPOLLHUP seen: no longer kept in the set idle
     Watch w_agent{Kind::conn_agent, nullptr}, w_up{Kind::conn_upstream, nullptr};
   };
   struct DnsTcp {
@@ -171,6 +172,15 @@ struct EgressService::Impl {
   };
   // Each relayed connection: the agent's socket, the upstream socket, two pipes (2 fds each).
   static constexpr size_t kFdsPerConn = 6;
+  // Empty splice pipes kept for the next connections (issue #16): a connection takes its two
+  // from here instead of 2 pipe2 + 2 F_SETPIPE_SZ, and gives them back instead of 4 close.
+  // Only a pipe that is empty goes back (pipe_return): a connection's leftover bytes must
+  // never become the next connection's first bytes. The budget needs no room of its own:
+  // a pipe is only created while the pool is empty, so the pipes that exist never outnumber
+  // two per relayed connection open at that moment (within kFdsPerConn); a pool of at most
+  // budget.conn_cap pipes beside intercepted connections (3 descriptors each) stays within
+  // it too.
+  static constexpr size_t kPipePool = 16;
   // Left for the rest of the supervisor (observer, event files, the Moon's store, resolver
   // sockets): they share the process's descriptor table.
   static constexpr size_t kFdReserve = 64;
@@ -179,6 +189,14 @@ struct EgressService::Impl {
   // network that fails at once.
   static constexpr size_t kMinConnections = 8;
   FdBudget budget;
+  struct Pipe {
+    UniqueFd r, w;
+  };
+  std::vector<Pipe> pipe_pool;
+  // A pipe for `h` (from the pool, else a new one of limits.pipe_bytes); false with errno set.
+  bool pipe_take(Half& h);
+  // `h`'s pipe back into the pool when it is provably empty, else closed.
+  void pipe_return(Half& h);
   UniqueFd spare;  // closed to accept (and reset) one connection at EMFILE/ENFILE, reopened
   uint64_t refused_conns = 0, refused_dns_tcp = 0;  // refused at the caps (limit_exceeded)
   uint64_t refused_exchanges = 0;  // intercepted connections refused at max_exchanges
@@ -310,8 +328,10 @@ struct EgressService::Impl {
   // most 16 records) plus one more record behind it.
   static constexpr size_t kTlsPendingMax = network::kTlsMaxHello + 16 * network::kTlsRecordHeader + 18432 + 5;
   void update_interest(Conn* c);
-  void rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current);
+  // No events: `keep` registers the fd with none (for EPOLLERR); `hup` takes it out of the set.
+  void rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current, bool keep, bool hup);
   void conn_event(Conn* c, bool agent_side, uint32_t ev);
+  void hung_up(Conn* c, bool agent_side, uint32_t ev);
 
   // egress_intercept.cc: intercepted connections (C11)
   Status setup_exchanges();

@@ -24,11 +24,12 @@ bool EgressService::Impl::tls_watch_step(Conn* c) {
     const ssize_t n = ::recv(c->upstream.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
       w.server_bytes(std::span(reinterpret_cast<const uint8_t*>(buf), static_cast<size_t>(n)));
-      if (::write(c->down.pipe_w.get(), buf, static_cast<size_t>(n)) != n) {
+      const ssize_t put = ::write(c->down.pipe_w.get(), buf, static_cast<size_t>(n));
+      if (put > 0) c->down.in_pipe += static_cast<size_t>(put);  // exact, even when short (pipe_return)
+      if (put != n) {
         close_conn(c, "reset", true);
         return false;
       }
-      c->down.in_pipe += static_cast<size_t>(n);
     } else if (n == 0) {
       c->down.eof = true;
     } else if (errno != EAGAIN && errno != EINTR) {
