@@ -37,7 +37,8 @@ capabilities:
 YAML
 cd "$work"
 
-# Interleaved rounds (the machine's load hits every path alike): a cold run, a hit, and
+# Interleaved rounds (the machine's load hits every path alike; the order reversed every other
+# round): a cold run, a hit, and
 # `soyaos version` (the process-start floor), and with BEFORE=OLD_BINARY the old binary's hit
 # too (its own home, primed the same way). Wall time from spawn to reap, and the process's
 # CPU (user + system from wait4: a hit starts no child), median of RUNS each.
@@ -60,8 +61,10 @@ if before:
     paths.append(("hit-before", before, ["run", "pack"], "home-before"))
 res = {p[0]: ([], []) for p in paths}
 null = os.open("/dev/null", os.O_RDWR)
-for _ in range(runs):
-    for name, binary, args, home in paths:
+for r in range(runs):
+    # The order reversed every other round: the path measured right after the cold run paid
+    # 0.3-1 ms more CPU (its exit work still running), which favoured whichever came later.
+    for name, binary, args, home in (paths if r % 2 == 0 else paths[::-1]):
         shutil.rmtree(os.path.join(work, "soyaos-out"), ignore_errors=True)
         env = dict(os.environ, SOYAOS_HOME=os.path.join(work, home))
         t0 = time.monotonic()
