@@ -138,7 +138,8 @@ TEST_F(CacheTest, ARunAHitAndVersionNeverLoadLibcrypto) {
   EXPECT_EQ(soyaos({"version"}).exit_code, 0);
 }
 
-// Without a loadable libcrypto, SHA-256 streams through libsodium: the supervisor hashes
+// Without a loadable libcrypto, SHA-256 streams through libsodium (or, on a CPU with SHA
+// extensions, through common/sha256_hw.h, which never holds more than a block): the supervisor hashes
 // the agent's whole stdout, and holding it all until the digest (as the first cut of the
 // lazy libcrypto did) let an agent grow soyaos's memory, outside its cgroup, by what it
 // printed (96 MiB printed: ~100 MiB of RSS then; ~11 MiB with libcrypto).
