@@ -11,6 +11,7 @@ PACKAGES=(
   libseccomp-dev libcap-dev libsqlite3-dev libssl-dev libmnl-dev
   libnftables-dev           # tests only: the reference the Comet's nfnetlink ruleset is checked against
   libsodium-dev             # Ed25519 signatures of the Scope checkpoints (src/moon/chain.cc)
+  nettle-dev                # SHA-256 with the CPU's SHA extensions (src/common/digest.cc)
   libgtest-dev libgmock-dev
   python3 nodejs util-linux iproute2 nftables
   python3-requests python3-httpx python3-dev  # tests/compat: clients, a C extension's headers

@@ -15,8 +15,7 @@ namespace soyaos {
 // Lower-case hex sha256.
 std::string sha256_hex(std::string_view data);
 
-// Incremental sha256: libsodium's for the first bytes a process hashes, OpenSSL's (libcrypto
-// loaded then) past kSha256OpenSslAbove (common/libcrypto.h); see digest.cc.
+// Incremental sha256 (Nettle's, with the CPU's SHA extensions where it has them; see digest.cc).
 class Sha256 {
  public:
   Sha256();

@@ -2,11 +2,10 @@
 // process relocate and initialise it at start (3 377 symbol bindings, ~2.6 M instructions,
 // ~1.3 ms of CPU) — `soyaos version`, a cache hit, every run — although what those need
 // (SHA-256 of small inputs, Ed25519, random bytes, base64, constant-time compare, wiping)
-// is libsodium's, which is linked anyway. libcrypto is used for: TLS interception (C11:
+// is libsodium's, which is linked anyway (SHA-256: Nettle's, common/digest.cc). libcrypto is used for: TLS interception (C11:
 // certificates, with libssl, common/libssl.h), the OCI client's extra CA certificates, a
 // registry CA file's check, encrypted minisign keys (scrypt), Ed25519 PEM keys in a layout
-// other than the canonical one (moon/chain.cc), and SHA-256 past kSha256OpenSslAbove
-// bytes (OpenSSL's is ~5x faster: common/digest.cc).
+// other than the canonical one (moon/chain.cc).
 //
 // libcrypto_lazy.cc defines each libcrypto function soyaos calls, with the declaration of
 // OpenSSL's headers (the compiler checks every signature against it), forwarding to the
@@ -23,13 +22,6 @@
 #include "common/result.h"
 
 namespace soyaos {
-
-// Bytes a process hashes with libsodium before it loads libcrypto for OpenSSL's faster
-// SHA-256 (measured: docs/benchmarks-issue16.md, session 9).
-inline constexpr size_t kSha256OpenSslAbove = size_t{256} * 1024;
-
-// Bytes this process has hashed with libsodium's SHA-256 (common/digest.cc).
-uint64_t sha256_libsodium_bytes();
 
 // Loads libcrypto.so.3 once per process (thread-safe); later calls return the same result.
 // Not in a Comet's child after clone3 (no dlopen there).

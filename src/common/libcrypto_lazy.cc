@@ -10,8 +10,6 @@
 // fails to link (soyaos does not link libcrypto).
 #include "common/libcrypto.h"
 
-// SHA256_Init/Update/Final are deprecated in 3.0 (common/digest.cc says why they are used).
-#define OPENSSL_API_COMPAT 10101
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/crypto.h>
@@ -21,7 +19,6 @@
 #include <openssl/kdf.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
@@ -76,9 +73,6 @@
   X(PEM_read_bio_X509) \
   X(PEM_write_bio_X509) \
   X(RAND_bytes) \
-  X(SHA256_Final) \
-  X(SHA256_Init) \
-  X(SHA256_Update) \
   X(X509V3_EXT_conf_nid) \
   X(X509V3_set_ctx) \
   X(X509_EXTENSION_free) \
@@ -320,18 +314,6 @@ int PEM_write_bio_X509(BIO *out, const X509 *x) {
 
 int RAND_bytes(unsigned char *buf, int num) {
   return libcrypto().RAND_bytes(buf, num);
-}
-
-int SHA256_Final(unsigned char *md, SHA256_CTX *c) {
-  return libcrypto().SHA256_Final(md, c);
-}
-
-int SHA256_Init(SHA256_CTX *c) {
-  return libcrypto().SHA256_Init(c);
-}
-
-int SHA256_Update(SHA256_CTX *c, const void *data, size_t len) {
-  return libcrypto().SHA256_Update(c, data, len);
 }
 
 X509_EXTENSION *X509V3_EXT_conf_nid(struct lhash_st_CONF_VALUE *conf, X509V3_CTX *ctx, int ext_nid, const char *value) {

@@ -28,8 +28,7 @@
 
 namespace soyaos::moon {
 
-// Incremental SHA-256: common/digest.h's (libsodium for small inputs, OpenSSL's past
-// kSha256OpenSslAbove when libcrypto can be loaded; the bytes are the same either way).
+// Incremental SHA-256: common/digest.h's.
 using Sha256 = soyaos::Sha256;
 
 struct ArchiveInfo {
