@@ -95,7 +95,7 @@ std::optional<std::string> dir_of(const CgroupMount& m, const std::string& path)
 // Run cgroups left behind by a soyaos that was killed (SIGKILL skips ~RunCgroup): empty
 // (no task) and older than a minute. Each leaked memory cgroup holds a memcg id, of which
 // the kernel has 65535, so they must not accumulate. A live run's cgroup is never empty
-// for long: it is created microseconds before its child is placed in it, and removed
+// for long: it is created milliseconds before the launcher thread enters it, and removed
 // once the agent is gone.
 void sweep_stale(const std::string& parent) {
   DIR* d = ::opendir(parent.c_str());
@@ -259,6 +259,14 @@ Result<RunCgroup> RunCgroup::create(const CgroupPlan& plan, const std::string& n
       return errno_error(std::string(to_string(c.version)) + " " + what + ": mkdir " + dir);
     }
     cg.dirs_.push_back(dir);
+    if (c.version == CgroupVersion::v1) {
+      cg.v1_dirs_.push_back(dir);
+    } else {
+      // clone3(CLONE_INTO_CGROUP) takes the directory as an fd (O_PATH suffices).
+      cg.v2_dir_ = dir;
+      cg.v2_fd_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!cg.v2_fd_) return errno_error(std::string(to_string(c.version)) + " " + what + ": open " + dir);
+    }
     return dir;
   };
   auto fail = [](const CgroupController& c, const char* what, const Error& e) {
@@ -289,7 +297,13 @@ Result<RunCgroup> RunCgroup::create(const CgroupPlan& plan, const std::string& n
     auto dir = make(plan.pids, "pids");
     if (!dir) return fail(plan.pids, "pids", dir.error());
     cg.pids_dir_ = *dir;
-    if (auto s = write_value(*dir, "pids.max", std::to_string(limits.pids)); !s) return fail(plan.pids, "pids", s.error());
+    cg.pids_version_ = plan.pids.version;
+    cg.pids_limit_ = limits.pids;
+    // One more until seal(): the launcher thread is in this cgroup when it clones the Comet
+    // (v1), and is released before the Comet runs anything (launch_thread.h).
+    if (auto s = write_value(*dir, "pids.max", std::to_string(uint64_t{limits.pids} + 1)); !s) {
+      return fail(plan.pids, "pids", s.error());
+    }
   }
   if (plan.cpu.version != CgroupVersion::none) {
     auto dir = make(plan.cpu, "cpu");
@@ -305,8 +319,14 @@ RunCgroup::RunCgroup(RunCgroup&& other) noexcept
     : dirs_(std::move(other.dirs_)),
       memory_dir_(std::move(other.memory_dir_)),
       pids_dir_(std::move(other.pids_dir_)),
-      memory_version_(other.memory_version_) {
+      memory_version_(other.memory_version_),
+      pids_version_(other.pids_version_),
+      pids_limit_(other.pids_limit_),
+      v1_dirs_(std::move(other.v1_dirs_)),
+      v2_dir_(std::move(other.v2_dir_)),
+      v2_fd_(std::move(other.v2_fd_)) {
   other.dirs_.clear();
+  other.v1_dirs_.clear();
 }
 
 RunCgroup& RunCgroup::operator=(RunCgroup&& other) noexcept {
@@ -316,7 +336,13 @@ RunCgroup& RunCgroup::operator=(RunCgroup&& other) noexcept {
     memory_dir_ = std::move(other.memory_dir_);
     pids_dir_ = std::move(other.pids_dir_);
     memory_version_ = other.memory_version_;
+    pids_version_ = other.pids_version_;
+    pids_limit_ = other.pids_limit_;
+    v1_dirs_ = std::move(other.v1_dirs_);
+    v2_dir_ = std::move(other.v2_dir_);
+    v2_fd_ = std::move(other.v2_fd_);
     other.dirs_.clear();
+    other.v1_dirs_.clear();
   }
   return *this;
 }
@@ -328,6 +354,24 @@ Status RunCgroup::add(pid_t pid) const {
     if (auto s = write_value(dir, "cgroup.procs", std::to_string(pid)); !s) {
       return make_error("cgroup: place the Comet in " + dir + ": " + s.error().message, s.error().err);
     }
+  }
+  return {};
+}
+
+Status RunCgroup::enter_this_thread() const {
+  const std::string tid = std::to_string(::gettid());
+  for (const auto& dir : v1_dirs_) {
+    if (auto s = write_value(dir, "tasks", tid); !s) {
+      return make_error("cgroup: place the Comet's launcher thread in " + dir + ": " + s.error().message, s.error().err);
+    }
+  }
+  return {};
+}
+
+Status RunCgroup::seal() const {
+  if (pids_dir_.empty()) return {};
+  if (auto s = write_value(pids_dir_, "pids.max", std::to_string(pids_limit_)); !s) {
+    return make_error(std::string("cgroup (") + to_string(pids_version_) + " pids): " + s.error().message, s.error().err);
   }
   return {};
 }
@@ -359,6 +403,8 @@ void RunCgroup::remove() {
     }
   }
   dirs_.clear();
+  v1_dirs_.clear();
+  v2_fd_.reset();
 }
 
 }  // namespace soyaos::comet

@@ -5,7 +5,11 @@
 //   probe_cgroups()      which hierarchy can hold the run's cgroup, per controller (reads
 //                        /proc/self/cgroup, /proc/self/mountinfo; no side effect)
 //   RunCgroup::create()  mkdir the run's cgroup and write its limits (parent, before clone)
-//   RunCgroup::add(pid)  place the child in it, before it runs anything of the agent's
+//   enter_this_thread()  v1: place the calling thread (the launcher thread, launch_thread.h)
+//                        in it; the Comet that thread clones is born there
+//   v2_fd()              v2: the directory clone3(CLONE_INTO_CGROUP) creates the Comet in
+//   seal()               pids.max down to the limit once the launcher thread is gone
+//   RunCgroup::add(pid)  move a process in (tests; the launcher no longer migrates)
 //   RunCgroup::usage()   after the run: OOM kills, refused forks, peak memory
 //   ~RunCgroup           rmdir (after collection: tmpfs pages of /workdir/out stay charged)
 //
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/unique_fd.h"
 #include "policy/policy.h"
 
 namespace soyaos::comet {
@@ -85,7 +90,9 @@ struct CgroupUsage {
 
 class RunCgroup {
  public:
-  // Creates "<parent>/<name>" for every available controller and writes the limits.
+  // Creates "<parent>/<name>" for every available controller and writes the limits, with
+  // pids.max one above the limit until seal(): the launcher thread counts there while it
+  // clones the Comet (v1).
   static Result<RunCgroup> create(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits);
   RunCgroup() = default;
   RunCgroup(RunCgroup&& other) noexcept;
@@ -96,6 +103,19 @@ class RunCgroup {
 
   // Moves `pid` (all its threads) into the run's cgroup in every hierarchy.
   Status add(pid_t pid) const;
+  // Places the calling thread alone in every v1 directory (its TID into `tasks`); a task it
+  // then clones inherits them. The first such move on the host in a while waits for an RCU
+  // grace period (cgroup_threadgroup_rwsem), which is why a thread of its own does it.
+  [[nodiscard]] Status enter_this_thread() const;
+  // Whether the Comet is placed through v1 `tasks` (enter_this_thread).
+  [[nodiscard]] bool has_v1() const { return !v1_dirs_.empty(); }
+  // An O_PATH fd of the v2 directory for clone3(CLONE_INTO_CGROUP), or -1 without v2 (a
+  // v2 domain cgroup takes whole processes only, so no thread can be placed there alone).
+  [[nodiscard]] int v2_fd() const { return v2_fd_.get(); }
+  [[nodiscard]] const std::string& v2_dir() const { return v2_dir_; }
+  // pids.max to the limit, after the launcher thread has been released by the kernel: from
+  // then on the Comet alone counts, with exactly `limits.pids` tasks allowed.
+  [[nodiscard]] Status seal() const;
   [[nodiscard]] CgroupUsage usage() const;
   // The created directories, one per hierarchy (v2: one for all controllers).
   [[nodiscard]] const std::vector<std::string>& dirs() const { return dirs_; }
@@ -106,6 +126,11 @@ class RunCgroup {
   std::vector<std::string> dirs_;
   std::string memory_dir_, pids_dir_;
   CgroupVersion memory_version_ = CgroupVersion::none;
+  CgroupVersion pids_version_ = CgroupVersion::none;
+  uint32_t pids_limit_ = 0;
+  std::vector<std::string> v1_dirs_;  // the v1 ones of dirs_
+  std::string v2_dir_;
+  UniqueFd v2_fd_;
 };
 
 }  // namespace soyaos::comet

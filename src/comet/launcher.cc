@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "comet/credentials.h"
@@ -195,8 +196,10 @@ Result<MountSources> receive_go(int sock, const policy::Policy& policy) {
     fail(sock, "stdio", errno_error("dup2 output pipes"));
   }
 
-  // The parent moved us into the run's cgroup after clone3 made our cgroup namespace: a
-  // fresh one rooted here, so /proc/self/cgroup shows "/" (nothing of the host's tree).
+  // We were born in the run's cgroup (launch_thread.h), and clone3's cgroup namespace is
+  // rooted there. A fresh one rooted here again makes /proc/self/cgroup show "/" (nothing
+  // of the host's tree) also where a kernel roots a CLONE_INTO_CGROUP child's namespace at
+  // its parent's cgroup (v2); it costs microseconds.
   if (::unshare(CLONE_NEWCGROUP) != 0) fail(sock, "cgroup namespace", errno_error("unshare(CLONE_NEWCGROUP)"));
   if (auto s = become_sandbox_ids(policy); !s) fail(sock, "user namespace", s.error());
   if (auto s = bound_user_quotas(); !s) fail(sock, "user namespace", s.error());
@@ -357,7 +360,7 @@ Status receive_ready(int sock, LaunchedComet& comet) {
 }  // namespace
 
 Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program,
-                                   const NetworkPlan& network, const CgroupPlan& cgroups) {
+                                   const NetworkPlan& network, const CgroupPlan& cgroups, LaunchThread& launcher) {
   if (network.allow_udp.size() > kMaxUdpRelays) {
     return make_error("network: more than " + std::to_string(kMaxUdpRelays) + " udp egress entries", E2BIG);
   }
@@ -371,12 +374,9 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   auto err_pipe = make_pipe();
   if (!err_pipe) return err_pipe.error();
 
-  // Before the child exists, so that a cgroup that cannot be set up costs no clone.
-  auto cgroup = RunCgroup::create(cgroups, "soyaos-" + policy.identity.run_id, policy.limits);
-  if (!cgroup) return cgroup.error();
-
-  // As root the Comet's ids are its own (credentials.h): this thread takes them as its
-  // effective ids for clone3, so the new user namespace is owned by them, not by root.
+  // As root the Comet's ids are its own (credentials.h), from the TID of THIS thread, which
+  // lives as long as the run (the launcher thread does not): the launcher thread takes them
+  // as its effective ids for clone3, so the new user namespace is owned by them, not root.
   const uid_t host_uid = run_host_uid();
   const gid_t host_gid = run_host_gid();
   const bool as_root = use_run_ids();
@@ -387,39 +387,66 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
                CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper, so no
-  // atfork handler runs. The other threads (the Moon's recorder) are held off by the clone
-  // gate, so the child's copy of memory is consistent.
+  // v1: the launcher thread is in the run's cgroup and the child inherits it. v2: a lone
+  // thread cannot be placed in a domain cgroup; clone3 creates the child in it instead.
+  const RunCgroup* run_cgroup = launcher.cgroup();
+  if (run_cgroup != nullptr && run_cgroup->v2_fd() >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(run_cgroup->v2_fd());
+  }
   // Changing the effective uid makes the whole process non-dumpable; give that back after.
   const int dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-  if (as_root) {
-    if (auto s = enter_run_ids(host_uid, host_gid); !s) return make_error("user namespace: " + s.error().message, s.error().err);
-  }
   long pid = 0;
   int clone_errno = 0;
-  {
-    // No other thread may hold malloc's or stdio's locks while we copy the process.
-    std::unique_lock gate(clone_gate());
-    pid = ::syscall(SYS_clone3, &args, sizeof args);
-    clone_errno = errno;
-    if (pid == 0) gate.release();  // the child's copy: never unlocked there, never used again
-  }
-  if (pid != 0 && as_root) {  // the parent only: the child keeps the run's ids
-    leave_run_ids();
-    if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
-  }
-  if (pid < 0) {
-    int err = clone_errno;
-    const char* why = err == ENOSPC ? " (user namespace limit reached: /proc/sys/user/max_user_namespaces)"
-                      : err == EPERM ? " (unprivileged user namespaces are disabled on this host)"
-                                     : "";
-    return make_error(std::string("namespaces: cannot create user, mount, pid, ipc, uts, net and cgroup "
-                                  "namespaces") + why, err);
-  }
-  if (pid == 0) {
-    parent_sock.reset();
-    child_main(policy, program, network, cgroups.pids.version != CgroupVersion::none, child_sock.get(),
-               out_pipe->second.get(), err_pipe->second.get());
+  // Runs on the launcher thread (launch_thread.h), in the run's cgroup.
+  const std::function<Status()> clone_job = [&]() -> Status {
+    if (as_root) {
+      if (auto s = enter_run_ids(host_uid, host_gid); !s) {
+        return make_error("user namespace: " + s.error().message, s.error().err);
+      }
+    }
+    {
+      // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper, so no
+      // atfork handler runs. The other threads are held off by the clone gate (the caller
+      // waits in LaunchThread::clone), so the child's copy of memory is consistent.
+      std::unique_lock gate(clone_gate());
+      pid = ::syscall(SYS_clone3, &args, sizeof args);
+      clone_errno = errno;
+      if (pid == 0) gate.release();  // the child's copy: never unlocked there, never used again
+    }
+    if (pid == 0) {
+      parent_sock.reset();
+      child_main(policy, program, network, cgroups.pids.version != CgroupVersion::none, child_sock.get(),
+                 out_pipe->second.get(), err_pipe->second.get());
+    }
+    if (as_root) {  // the parent only: the child keeps the run's ids
+      leave_run_ids();
+      if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+    }
+    if (pid < 0) {
+      const int err = clone_errno;
+      if ((args.flags & CLONE_INTO_CGROUP) != 0 && err != ENOSPC && err != EPERM) {
+        return make_error("cgroup: create the Comet in " + run_cgroup->v2_dir() + " (clone3 CLONE_INTO_CGROUP)", err);
+      }
+      const char* why = err == ENOSPC ? " (user namespace limit reached: /proc/sys/user/max_user_namespaces)"
+                        : err == EPERM ? " (unprivileged user namespaces are disabled on this host)"
+                                       : "";
+      return make_error(std::string("namespaces: cannot create user, mount, pid, ipc, uts, net and cgroup "
+                                    "namespaces") + why, err);
+    }
+    return {};
+  };
+  // The child waits for "go" before doing anything, and "go" comes after this: the child
+  // runs nothing of its setup, let alone the agent's code, before the launcher thread is
+  // released and pids.max is the limit.
+  Status cloned = launcher.clone(clone_job);
+  if (!cloned) {
+    if (pid > 0) {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    }
+    if (pidfd >= 0) ::close(pidfd);
+    return cloned.error();
   }
   LaunchedComet comet;
   comet.launch_ns = launch_ns;
@@ -433,13 +460,7 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
     ::kill(comet.pid, SIGKILL);
     ::waitpid(comet.pid, nullptr, 0);
   };
-  // The child waits for "go" before doing anything: it enters the cgroup before its setup
-  // and long before any agent code, so everything it allocates is charged there.
-  comet.cgroup = std::move(cgroup.value());
-  if (auto s = comet.cgroup.add(comet.pid); !s) {
-    kill_child();
-    return s.error();
-  }
+  comet.cgroup = launcher.take_cgroup();
   if (auto s = write_id_maps(comet.pid, policy, host_uid, host_gid); !s) {
     kill_child();
     return make_error("user namespace: " + s.error().message, s.error().err);

@@ -1,9 +1,10 @@
 // The Comet launcher: creates the sandboxed child and applies the layers in a fixed order.
 //
 //   parent (supervisor)                     child (becomes the agent, PID 1 of its namespace)
-//   0. cgroup: the run's cgroup and limits
-//   clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS|NEWNET|NEWCGROUP)
-//   place the child in the run's cgroup
+//   0. cgroup: the run's cgroup and limits, and the launcher thread placed in it (at the
+//      run's plan, launch_thread.h)
+//   clone3(NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS|NEWNET|NEWCGROUP), on the launcher thread:
+//   the child is born in the run's cgroup; the thread is joined, pids.max sealed
 //   write uid_map/gid_map  ---- go ---->    1. mounts: build_sandbox_root (pivot_root)
 //                                           1b. network: setup_sandbox_network (links,
 //                                               nftables, the sockets the supervisor serves)
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "comet/cgroup.h"
+#include "comet/launch_thread.h"
 #include "comet/network.h"
 #include "comet/seccomp_filter.h"
 #include "common/result.h"
@@ -70,8 +72,9 @@ inline constexpr char kControlExecFailed = 'X';
 // setup failure as an Error whose message is "LAYER: detail".
 // `network` is the validated plan of the agent's netns (every run has one: with no egress
 // entries every attempt is refused and reported). `cgroups` says where the run's cgroup goes
-// (probe_cgroups); a controller it offers that cannot be set up fails the launch.
+// (probe_cgroups); `launcher` holds that cgroup and the thread that clones the child into it
+// (made from the same plan); a controller that cannot be set up fails the launch naming it.
 Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program,
-                                   const NetworkPlan& network, const CgroupPlan& cgroups);
+                                   const NetworkPlan& network, const CgroupPlan& cgroups, LaunchThread& launcher);
 
 }  // namespace soyaos::comet

@@ -233,6 +233,10 @@ RunReport run_pack(const RunRequest& request) {
     report.error = "cgroup: " + cgroups.error().describe();
     return report;
   }
+  // The run's cgroup now, and the thread that will clone the Comet into it enters it now:
+  // the kernel's grace-period wait for that move (10-25 ms of idle wall) passes while the
+  // run is recorded below (launch_thread.h). A failure is reported by launch_comet.
+  comet::LaunchThread launcher(*cgroups, "soyaos-" + policy->identity.run_id, policy->limits);
   trace_phase("plan");
 
   scope::EventSink sink;
@@ -377,7 +381,7 @@ RunReport run_pack(const RunRequest& request) {
     store_events();
     return report;
   }
-  auto launched = comet::launch_comet(*policy, *program, egress->network_plan(), *cgroups);
+  auto launched = comet::launch_comet(*policy, *program, egress->network_plan(), *cgroups, launcher);
   if (!launched) {
     report.error = launched.error().describe();
     emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});

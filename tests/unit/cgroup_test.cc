@@ -121,6 +121,9 @@ TEST_F(HostCgroupTest, LimitsAreWrittenAndTheDirectoriesRemoved) {
     } else {
       EXPECT_EQ(slurp(mem + "/memory.max"), std::to_string(64 << 20) + "\n");
     }
+    // One above the limit while the launcher thread is in it, the limit once sealed.
+    EXPECT_EQ(slurp(pids + "/pids.max"), "17\n");
+    ASSERT_TRUE(cg->seal());
     EXPECT_EQ(slurp(pids + "/pids.max"), "16\n");
     if (plan_.cpu.version == CgroupVersion::v1) {
       EXPECT_EQ(slurp(plan_.cpu.parent + "/" + name + "/cpu.shares"), std::to_string(kCpuSharesV1) + "\n");
@@ -217,7 +220,7 @@ TEST_F(CgroupV2MountTest, TheRunsDirectoryIsMadeAndAMissingControllerRefusesTheR
       dirs = cg->dirs();
       EXPECT_EQ(dirs, (std::vector<std::string>{mount_ + "/" + name}));
       EXPECT_EQ(slurp(mount_ + "/" + name + "/memory.max"), std::to_string(64 << 20) + "\n");
-      EXPECT_EQ(slurp(mount_ + "/" + name + "/pids.max"), "16\n");
+      EXPECT_EQ(slurp(mount_ + "/" + name + "/pids.max"), "17\n");  // 16 once sealed
       EXPECT_EQ(slurp(mount_ + "/" + name + "/cpu.weight"), std::to_string(kCpuWeightV2) + "\n");
     } else {
       EXPECT_EQ(available_.count("memory"), 0u) << cg.error().describe();

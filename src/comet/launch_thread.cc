@@ -1,0 +1,131 @@
+#include "comet/launch_thread.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace soyaos::comet {
+
+LaunchThread::LaunchThread(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits)
+    : LaunchThread(RunCgroup::create(plan, name, limits)) {}
+
+LaunchThread::LaunchThread(Result<RunCgroup> cgroup) {
+  if (!cgroup) {
+    error_ = cgroup.error();
+    return;
+  }
+  cgroup_.emplace(std::move(cgroup).value());
+  if (cgroup_->has_v1()) start();
+}
+
+LaunchThread::~LaunchThread() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    (void)finish_thread();  // before ~RunCgroup: rmdir needs the thread gone
+  }
+}
+
+void LaunchThread::start() {
+  // The thread takes no signal: the supervisor's stop signals are read from its signalfd
+  // (block_stop_signals, supervisor/supervisor.h), and no handler may run on this thread
+  // around the clone. Blocked before it starts, so that it is born with all blocked.
+  sigset_t all, old;
+  sigfillset(&all);
+  (void)::pthread_sigmask(SIG_SETMASK, &all, &old);
+  thread_ = std::thread([this] { loop(); });
+  (void)::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+void LaunchThread::loop() {
+  // The grace-period wait happens here, while the supervisor goes on with the run.
+  Status placed = cgroup_->enter_this_thread();
+  std::unique_lock lock(mu_);
+  tid_ = ::gettid();
+  placement_ = std::move(placed);
+  placed_ = true;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return stop_ || job_ != nullptr; });
+  if (stop_ || job_ == nullptr) return;
+  const std::function<Status()>* job = job_;
+  lock.unlock();  // the clone's child must not be a copy of a thread holding mu_
+  Status s = (*job)();
+  lock.lock();
+  job_status_ = std::move(s);
+  done_ = true;
+  cv_.notify_all();
+}
+
+Status LaunchThread::finish_thread() {
+  if (!thread_.joinable()) return {};
+  thread_.join();
+  // join returns when the thread's exit clears its TID (early in do_exit); its pid is
+  // uncharged from pids.current only at release_task, just before its /proc entry goes.
+  const std::string task = "/proc/self/task/" + std::to_string(tid_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (int tries = 0;; ++tries) {
+    struct stat st {};
+    if (::stat(task.c_str(), &st) != 0) {
+      if (errno == ENOENT) return {};
+      return errno_error("cgroup: wait for the launcher thread's release: stat " + task);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return make_error("cgroup: the launcher thread " + std::to_string(tid_) + " was not released by the kernel in 5 s",
+                        EBUSY);
+    }
+    if (tries < 100) {
+      (void)::sched_yield();
+    } else {
+      struct timespec ms {0, 1'000'000};
+      (void)::nanosleep(&ms, nullptr);
+    }
+  }
+}
+
+Status LaunchThread::clone(const std::function<Status()>& job) {
+  if (used_) return make_error("launch: the Comet was already cloned");
+  used_ = true;
+  if (error_) return *error_;
+  if (!thread_.joinable()) {
+    // No v1 directory: nothing to enter; the clone names a v2 cgroup itself, if any.
+    if (auto s = job(); !s) return s;
+    return cgroup_->seal();
+  }
+  Status result;
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return placed_; });
+    if (placement_) {
+      job_ = &job;
+      cv_.notify_all();
+      // Blocked here, holding no lock of malloc's or stdio's, while the thread clones.
+      cv_.wait(lock, [&] { return done_; });
+      result = job_status_;
+    } else {
+      result = placement_;
+      stop_ = true;
+      cv_.notify_all();
+    }
+  }
+  Status finished = finish_thread();
+  if (!result) return result;
+  if (!finished) return finished;
+  return cgroup_->seal();
+}
+
+RunCgroup LaunchThread::take_cgroup() {
+  if (!cgroup_) return {};
+  RunCgroup out = std::move(*cgroup_);
+  cgroup_.reset();
+  return out;
+}
+
+}  // namespace soyaos::comet

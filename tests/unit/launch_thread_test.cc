@@ -1,0 +1,226 @@
+// The launcher thread (src/comet/launch_thread.h) on this host's real cgroups: a process it
+// clones is born in the run's cgroup (no migration), the thread itself is gone from it and
+// no longer counted by the time clone() returns, pids.max is then the limit, and a cgroup
+// that cannot be entered refuses the clone naming the directory. The v2 mechanism
+// (clone3 CLONE_INTO_CGROUP) is checked in this host's cgroup2 hierarchy, which has no
+// controllers (docs/sandbox.md, "The run's cgroup").
+#include "comet/launch_thread.h"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace soyaos::comet {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> lines_of(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.insert(line);
+  }
+  return out;
+}
+
+// A child of clone3 (a copy of this test process) that waits until the parent closes
+// hold[1], then exits.
+long clone_waiting_child(struct clone_args& args, const int hold[2]) {
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid == 0) {
+    ::close(hold[1]);
+    char c;
+    (void)!::read(hold[0], &c, 1);
+    ::_exit(0);
+  }
+  return pid;
+}
+
+class LaunchThreadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto plan = probe_cgroups();
+    ASSERT_TRUE(plan) << plan.error().describe();
+    plan_ = *plan;
+    if (plan_.memory.version != CgroupVersion::v1 || plan_.pids.version != CgroupVersion::v1) {
+      GTEST_SKIP() << "no writable cgroup v1 memory and pids for uid " << ::geteuid() << ": " << plan_.why_not;
+    }
+    ASSERT_EQ(::pipe2(hold_, O_CLOEXEC), 0);
+  }
+  void TearDown() override {
+    for (int fd : hold_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  std::string name(const char* what) const { return std::string("soyaos-unit-lt-") + what + "-" + std::to_string(::getpid()); }
+
+  CgroupPlan plan_;
+  int hold_[2] = {-1, -1};
+};
+
+TEST_F(LaunchThreadTest, TheChildIsBornInTheRunCgroupAndTheThreadIsGoneFromIt) {
+  LaunchThread launcher(plan_, name("born"), policy::Limits{64 << 20, 4, 0, 0, 0});
+  ASSERT_NE(launcher.cgroup(), nullptr);
+  const std::string pids_dir = plan_.pids.parent + "/" + name("born");
+  // While the thread is in it (and before the clone) pids.max leaves room for it.
+  EXPECT_EQ(slurp(pids_dir + "/pids.max"), "5\n");
+  long pid = -1;
+  pid_t cloner = 0;
+  Status s = launcher.clone([&]() -> Status {
+    cloner = ::gettid();
+    // The thread is alone in the run's cgroup: the supervisor's other threads are not.
+    const auto tasks = lines_of(slurp(pids_dir + "/tasks"));
+    if (tasks != std::set<std::string>{std::to_string(cloner)}) return make_error("tasks: " + slurp(pids_dir + "/tasks"));
+    struct clone_args args {};
+    args.exit_signal = SIGCHLD;
+    pid = clone_waiting_child(args, hold_);
+    if (pid < 0) return errno_error("clone3");
+    return {};
+  });
+  ASSERT_TRUE(s) << s.error().describe();
+  ASSERT_GT(pid, 0);
+  EXPECT_NE(cloner, ::gettid()) << "the job ran on the caller's thread";
+  EXPECT_EQ(launcher.thread_tid(), cloner);
+  // Born in every v1 directory of the run's cgroup; nothing else is left in it.
+  for (const auto& dir : launcher.cgroup()->dirs()) {
+    EXPECT_EQ(slurp(dir + "/tasks"), std::to_string(pid) + "\n") << dir;
+    EXPECT_EQ(slurp(dir + "/cgroup.procs"), std::to_string(pid) + "\n") << dir;
+  }
+  EXPECT_EQ(slurp(pids_dir + "/pids.current"), "1\n");
+  EXPECT_EQ(slurp(pids_dir + "/pids.max"), "4\n") << "not sealed to the limit";
+  EXPECT_EQ(slurp(pids_dir + "/pids.events"), "max 0\n");
+  const std::string host_view = slurp("/proc/" + std::to_string(pid) + "/cgroup");
+  auto paths = parse_proc_cgroup(host_view);
+  for (const char* controller : {"memory", "pids"}) {
+    const std::string& path = paths[controller];
+    const std::string tail = "/" + name("born");
+    EXPECT_TRUE(path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0)
+        << controller << ": " << host_view;
+  }
+  // The thread is gone from this process.
+  struct stat st {};
+  EXPECT_NE(::stat(("/proc/self/task/" + std::to_string(cloner)).c_str(), &st), 0);
+  ::close(hold_[1]);
+  hold_[1] = -1;
+  int status = 0;
+  ASSERT_EQ(::waitpid(static_cast<pid_t>(pid), &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // The cgroup is the caller's now, and removed with it.
+  std::vector<std::string> dirs = launcher.cgroup()->dirs();
+  { RunCgroup taken = launcher.take_cgroup(); }
+  for (const auto& d : dirs) EXPECT_NE(::stat(d.c_str(), &st), 0) << d << " was left behind";
+}
+
+TEST_F(LaunchThreadTest, ACgroupThatCannotBeEnteredRefusesTheCloneNamingIt) {
+  auto cg = RunCgroup::create(plan_, name("gone"), policy::Limits{64 << 20, 4, 0, 0, 0});
+  ASSERT_TRUE(cg) << cg.error().describe();
+  // The pids directory removed under the run (an operator's cleanup, a racing sweep).
+  const std::string pids_dir = plan_.pids.parent + "/" + name("gone");
+  ASSERT_EQ(::rmdir(pids_dir.c_str()), 0) << std::strerror(errno);
+  LaunchThread launcher(std::move(cg));
+  bool ran = false;
+  Status s = launcher.clone([&]() -> Status {
+    ran = true;
+    return {};
+  });
+  ASSERT_FALSE(s);
+  EXPECT_FALSE(ran) << "cloned although the thread is not in the run's cgroup";
+  EXPECT_NE(s.error().message.find("cgroup: place the Comet's launcher thread in " + pids_dir), std::string::npos)
+      << s.error().message;
+  EXPECT_EQ(s.error().err, ENOENT);
+}
+
+TEST_F(LaunchThreadTest, ACgroupThatCannotBeCreatedIsReportedByTheClone) {
+  CgroupPlan plan = plan_;
+  plan.memory.parent = "/nonexistent-cgroup-parent";
+  LaunchThread launcher(plan, name("nocreate"), policy::Limits{64 << 20, 4, 0, 0, 0});
+  EXPECT_EQ(launcher.cgroup(), nullptr);
+  bool ran = false;
+  Status s = launcher.clone([&]() -> Status {
+    ran = true;
+    return {};
+  });
+  ASSERT_FALSE(s);
+  EXPECT_FALSE(ran);
+  EXPECT_NE(s.error().message.find("cgroup (cgroup v1 memory)"), std::string::npos) << s.error().message;
+}
+
+TEST_F(LaunchThreadTest, ARunThatStopsBeforeTheCloneLeavesNothingBehind) {
+  std::vector<std::string> dirs;
+  {
+    LaunchThread launcher(plan_, name("unused"), policy::Limits{64 << 20, 4, 0, 0, 0});
+    ASSERT_NE(launcher.cgroup(), nullptr);
+    dirs = launcher.cgroup()->dirs();
+  }
+  struct stat st {};
+  for (const auto& d : dirs) EXPECT_NE(::stat(d.c_str(), &st), 0) << d << " was left behind";
+}
+
+TEST(LaunchThreadNoCgroup, WithoutAV1DirectoryTheCloneRunsOnTheCallersThread) {
+  LaunchThread launcher(CgroupPlan{}, "soyaos-unit-lt-none", policy::Limits{64 << 20, 4, 0, 0, 0});
+  pid_t on = 0;
+  Status s = launcher.clone([&]() -> Status {
+    on = ::gettid();
+    return {};
+  });
+  ASSERT_TRUE(s) << s.error().describe();
+  EXPECT_EQ(on, ::gettid());
+  EXPECT_EQ(launcher.thread_tid(), 0);
+  EXPECT_FALSE(launcher.clone([] { return Status{}; })) << "a second clone was accepted";
+}
+
+// cgroup v2: a thread cannot be placed alone in a domain cgroup, so there clone3 names the
+// run's cgroup (CLONE_INTO_CGROUP with an O_PATH fd, as RunCgroup::v2_fd gives). This
+// host's cgroup2 has no controllers, but the placement is the kernel's either way.
+TEST(CloneIntoCgroupV2, TheChildLandsInTheCgroupTheFdNames) {
+  if (::geteuid() != 0) GTEST_SKIP() << "making a cgroup2 directory here needs root";
+  auto mounts = parse_cgroup_mounts(slurp("/proc/self/mountinfo"));
+  auto own = parse_proc_cgroup(slurp("/proc/self/cgroup"));
+  auto m = mounts.find("");
+  if (m == mounts.end() || own.count("") == 0) GTEST_SKIP() << "no cgroup2 mount";
+  const std::string base = m->second.mount_point + (own[""] == "/" ? "" : own[""]);
+  const std::string dir = base + "/soyaos-unit-into-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir << ": " << std::strerror(errno);
+  int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  int hold[2];
+  ASSERT_EQ(::pipe2(hold, O_CLOEXEC), 0);
+  struct clone_args args {};
+  args.flags = CLONE_INTO_CGROUP | CLONE_NEWCGROUP;
+  args.cgroup = static_cast<uint64_t>(fd);
+  args.exit_signal = SIGCHLD;
+  long pid = clone_waiting_child(args, hold);
+  ASSERT_GT(pid, 0) << std::strerror(errno);
+  const std::string procs = slurp(dir + "/cgroup.procs");
+  const std::string view = slurp("/proc/" + std::to_string(pid) + "/cgroup");
+  ::close(hold[1]);
+  ASSERT_EQ(::waitpid(static_cast<pid_t>(pid), nullptr, 0), pid);
+  EXPECT_EQ(procs, std::to_string(pid) + "\n");
+  EXPECT_NE(view.find("0::" + dir.substr(m->second.mount_point.size()) + "\n"), std::string::npos) << view;
+  // A cgroup removed meanwhile refuses the clone (ENOENT), and a v1 directory is no v2 fd.
+  ASSERT_EQ(::rmdir(dir.c_str()), 0) << std::strerror(errno);
+  args.flags = CLONE_INTO_CGROUP;
+  EXPECT_EQ(clone_waiting_child(args, hold), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ::close(fd);
+  ::close(hold[0]);
+}
+
+}  // namespace
+}  // namespace soyaos::comet
