@@ -99,16 +99,26 @@ def spawn(argv, env, stderr_path):
     return t0, t1, cpu, os.waitstatus_to_exitcode(status), err
 
 
+ENTERED = []  # per traced run of the binary under test: cgroup_entered - clone3, ns
+
+
 def phases(t0, t1, err):
     """[(name, wall ns, supervisor cpu ns or None, Comet child cpu ns or None)] from spawn to
     reap, named by the trace. The Comet's child steps carry the child's own CPU time since
     clone3 as a fifth field ("soyaos-phase NAME NS - CHILD_CPU_NS")."""
-    marks = []
+    marks, points = [], {}
     for line in err.splitlines():
         p = line.split()
         if len(p) in (4, 5) and p[0] == "soyaos-phase":
+            if p[1].startswith("mark:"):  # a point in time that ends no phase (another thread's)
+                points[p[1][5:]] = int(p[2])
+                continue
             marks.append((int(p[2]), p[1], None if p[3] == "-" else int(p[3]), int(p[4]) if len(p) == 5 else None))
     marks.sort()
+    # When the launcher thread was in the run's cgroup, from clone3 (negative: before it).
+    clone3 = next((t for t, name, _, _ in marks if name == "clone3"), None)
+    if "cgroup_entered" in points and clone3 is not None:
+        ENTERED.append(points["cgroup_entered"] - clone3)
     out, prev_t, prev_cpu, prev_child = [], t0, 0, 0
     for t, name, cpu, child in marks:
         c = k = None
@@ -253,9 +263,9 @@ def report(a, cmds, errf):
     before = medians(breakdown["before traced"]) if a.before else {}
     order = [p[0] for p in breakdown["traced"][0]]
     order += [n for n in before if n not in order]
-    sums = {"outside": [0, 0, 0, 0, 0], "layers": [0, 0, 0, 0, 0], "agent": [0, 0, 0, 0, 0]}
+    sums = {"outside": [0, 0, 0, 0, 0, 0], "layers": [0, 0, 0, 0, 0, 0], "agent": [0, 0, 0, 0, 0, 0]}
     print("== phases of `soyaos run --no-cache` (median of the traced runs; each row is the time since the row before)")
-    extra = f" {'before: CPU ms':>15} {'before: child':>14}" if a.before else ""
+    extra = f" {'before: wall':>12} {'before: CPU ms':>15} {'before: child':>14}" if a.before else ""
     print(f"  {'phase (ends at)':28} {'wall ms':>8} {'supervisor CPU ms':>18} {'Comet child CPU':>15}{extra}  part")
     for name in order:
         w, c, k = after.get(name, (0, None, None))
@@ -275,18 +285,26 @@ def report(a, cmds, errf):
         ks = f"{ms(k):15.2f}" if k is not None else f"{'':15}"
         b = ""
         if a.before:
-            _, bc, bk = before.get(name, (0, None, None))
+            bw, bc, bk = before.get(name, (0, None, None))
             sums[part][2] += bc or 0
             sums[part][4] += bk or 0
-            b = f" {ms(bc):15.2f}" if bc is not None else f" {'-':>15}"
+            sums[part][5] += bw
+            b = f" {ms(bw):12.2f}" if name in before else f" {'-':>12}"
+            b += f" {ms(bc):15.2f}" if bc is not None else f" {'-':>15}"
             b += f" {ms(bk):14.2f}" if bk is not None else f" {'':14}"
         print(f"  {name:28} {ms(w):8.2f} {cs:>18} {ks}{b}  {part}")
     for part, label in (("outside", "sum: outside the Comet"), ("layers", "sum: layers (clone3..ready)"),
                         ("agent", "sum: agent (exec..exit)")):
-        b = f" {ms(sums[part][2]):15.2f} {ms(sums[part][4]):14.2f}" if a.before else ""
+        b = f" {ms(sums[part][5]):12.2f} {ms(sums[part][2]):15.2f} {ms(sums[part][4]):14.2f}" if a.before else ""
         print(f"  {label:28} {ms(sums[part][0]):8.2f} {ms(sums[part][1]):18.2f} {ms(sums[part][3]):15.2f}{b}")
     print(f"  (direct python3 for comparison: {ms(med['direct']):.2f} ms wall; the issue's target for "
           f"the work outside the Comet: <= 3 ms)")
+    if ENTERED:
+        q = statistics.quantiles(ENTERED, n=4) if len(ENTERED) > 1 else [ENTERED[0]] * 3
+        late = sum(1 for e in ENTERED if e > 0)
+        print(f"  launcher thread in the run cgroup (src/comet/launch_thread.h), from clone3: median "
+              f"{ms(statistics.median(ENTERED)):+.2f} ms (p25..p75 {ms(q[0]):+.2f}..{ms(q[2]):+.2f}; "
+              f"after the launch began in {late} of {len(ENTERED)} runs)")
 
 
 if __name__ == "__main__":

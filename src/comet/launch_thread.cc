@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -48,7 +49,10 @@ void LaunchThread::start() {
 void LaunchThread::loop() {
   // The grace-period wait happens here, while the supervisor goes on with the run.
   Status placed = cgroup_->enter_this_thread();
+  struct timespec now {};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
   std::unique_lock lock(mu_);
+  entered_ns_ = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(now.tv_nsec);
   tid_ = ::gettid();
   placement_ = std::move(placed);
   placed_ = true;

@@ -31,6 +31,7 @@
 #include <sys/types.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -69,6 +70,9 @@ class LaunchThread {
   RunCgroup take_cgroup();
   // The launcher thread's host TID (0 without one): tests check it is not in the cgroup.
   [[nodiscard]] pid_t thread_tid() const { return tid_; }
+  // CLOCK_MONOTONIC ns when the thread was in the run's cgroup (0 without one), for the
+  // phase trace (bench/startup.sh: does the wait end before the launch?). After clone().
+  [[nodiscard]] uint64_t entered_ns() const { return entered_ns_; }
 
  private:
   void start();
@@ -88,6 +92,7 @@ class LaunchThread {
   bool done_ = false;
   Status job_status_;
   pid_t tid_ = 0;
+  uint64_t entered_ns_ = 0;
   bool used_ = false;
   std::thread thread_;
 };

@@ -390,6 +390,7 @@ RunReport run_pack(const RunRequest& request) {
     report.exit_code = kExitSetup;
     return report;
   }
+  if (launcher.entered_ns() != 0) trace_phase_at("mark:cgroup_entered", launcher.entered_ns());
   trace_phase_at("clone3", launched->launch_ns);
   for (int i = 0; i < comet::kStepCount; ++i) {
     trace_child_phase(comet::kSetupStepNames[i], launched->step_ns[i], launched->step_cpu_ns[i]);
