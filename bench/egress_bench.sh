@@ -182,6 +182,19 @@ YAML
 
 direct() { "$PY" "$work/pack/main.py" "$@" | sed -n 's/^RESULT ok //p'; }
 
+# The floor of any relay on this machine (connect section): bench/min_relay.c, a minimal C
+# relay doing the gateway's syscalls (epoll, accept4, connect, splice through pooled pipes,
+# shutdown, close) and nothing else — no checks, no events. What it adds to direct is what
+# two loopback legs and the extra thread hand-offs cost here.
+have_floor=0
+if want connect && command -v cc >/dev/null && cc -O2 -o "$work/min_relay" bench/min_relay.c; then
+  have_floor=1
+  FLOOR_PING=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$work/min_relay" "$FLOOR_PING" "$PING" &
+  floor_pid=$!
+  pids+=($floor_pid)
+fi
+
 have_socat=0
 if command -v socat >/dev/null; then
   have_socat=1
@@ -280,10 +293,20 @@ gateway_connect() {  # LABEL
   [[ -n "$r" ]] || { echo "  $1: no result (did the run fail?)" >&2; exit 1; }
   echo "$1 $r $(run_finished supervisor_cpu_ms)" >> "$work/connect.txt"
 }
-for _ in $(seq "$RUNS"); do
-  [[ -n "$BEFORE" ]] && SOYAOS=$BEFORE gateway_connect before
+for round in $(seq "$RUNS"); do
+  # The before/now order alternates: every run stores its events in the same Moon, which
+  # grows, and the recorder's share of the supervisor's CPU with it (the later run of a pair
+  # paid ~10 % more CPU per connection when the order was fixed).
+  if [[ -n "$BEFORE" ]] && ((round % 2 == 1)); then SOYAOS=$BEFORE gateway_connect before; fi
   gateway_connect gateway
+  if [[ -n "$BEFORE" ]] && ((round % 2 == 0)); then SOYAOS=$BEFORE gateway_connect before; fi
   echo "direct $(direct connect 127.0.0.1 "$PING" "$N") $IDLE_MS" >> "$work/connect.txt"
+  if ((have_floor)); then  # its CPU in clock ticks (utime + stime), as ms
+    t0=$(awk '{print $14 + $15}' "/proc/$floor_pid/stat")
+    r=$(direct connect 127.0.0.1 "$FLOOR_PING" "$N")
+    t1=$(awk '{print $14 + $15}' "/proc/$floor_pid/stat")
+    echo "floor $r $(( IDLE_MS + (t1 - t0) * 1000 / $(getconf CLK_TCK) ))" >> "$work/connect.txt"
+  fi
   if ((have_socat)); then echo "socat $(direct connect 127.0.0.1 "$RELAY_PING" "$N") $IDLE_MS" >> "$work/connect.txt"; fi
 done
 "$PY" - "$work/connect.txt" "$IDLE_MS" "$N" <<'PY'
@@ -294,11 +317,15 @@ for line in open(sys.argv[1]):
     cpu = (float(sup) - float(sys.argv[2])) * 1000 / int(sys.argv[3])
     rows.setdefault(path, []).append((float(p50), float(p99), cpu))
 med = {p: [statistics.median(c) for c in zip(*r)] for p, r in rows.items()}
-for p in ("direct", "before", "gateway", "socat"):
+names = {"floor": "C relay (floor)"}
+for p in ("direct", "floor", "before", "gateway", "socat"):
     if p in med:
-        cpu = "   supervisor CPU %5.0f us/connection" % med[p][2] if p in ("before", "gateway") else ""
-        print("  %-16s p50 %9.1f   p99 %9.1f%s" % (p, med[p][0], med[p][1], cpu))
+        cpu = ("   supervisor CPU %5.0f us/connection" % med[p][2] if p in ("before", "gateway") else
+               "   relay CPU      %5.0f us/connection" % med[p][2] if p == "floor" else "")
+        print("  %-16s p50 %9.1f   p99 %9.1f%s" % (names.get(p, p), med[p][0], med[p][1], cpu))
 g, d = med["gateway"][0], med["direct"][0]
+if "floor" in med:
+    print("  C relay (floor) - direct at p50 = %+.0f us: what two loopback legs cost here" % (med["floor"][0] - d))
 if "before" in med:
     print("  before - direct at p50 = %+.0f us" % (med["before"][0] - d))
 print("  gateway - direct at p50 = %+.0f us   (%.2fx; target <= +100 us)" % (g - d, g / d))

@@ -586,25 +586,29 @@ Result<UniqueFd> hold_netfilter_hooks() {
   return ns;
 }
 
-Result<sockaddr_storage> original_destination(const UniqueFd& accepted) {
-  sockaddr_storage local{};
-  socklen_t len = sizeof local;
-  if (::getsockname(accepted.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) {
-    return errno_error("getsockname (original destination)");
+Result<sockaddr_storage> original_destination(const UniqueFd& accepted, int family) {
+  socklen_t len = 0;
+  if (family == AF_UNSPEC) {
+    sockaddr_storage local{};
+    len = sizeof local;
+    if (::getsockname(accepted.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+      return errno_error("getsockname (original destination)");
+    }
+    family = local.ss_family;
   }
   sockaddr_storage dst{};
-  if (local.ss_family == AF_INET) {
+  if (family == AF_INET) {
     len = sizeof(sockaddr_in);
     if (::getsockopt(accepted.get(), SOL_IP, kSoOriginalDst, &dst, &len) != 0) {
       return errno_error("getsockopt SO_ORIGINAL_DST");
     }
-  } else if (local.ss_family == AF_INET6) {
+  } else if (family == AF_INET6) {
     len = sizeof(sockaddr_in6);
     if (::getsockopt(accepted.get(), SOL_IPV6, kIp6tSoOriginalDst, &dst, &len) != 0) {
       return errno_error("getsockopt IP6T_SO_ORIGINAL_DST");
     }
   } else {
-    return make_error("original destination: not an IP socket (family " + std::to_string(local.ss_family) + ")",
+    return make_error("original destination: not an IP socket (family " + std::to_string(family) + ")",
                       EAFNOSUPPORT);
   }
   return dst;

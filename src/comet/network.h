@@ -132,7 +132,8 @@ Result<UniqueFd> hold_netfilter_hooks();
 // The destination the agent connected to before the redirect (SO_ORIGINAL_DST for an
 // IPv4 socket, IP6T_SO_ORIGINAL_DST for IPv6). A connection accepted on the gateway was
 // always redirected (the ruleset refuses direct connections to the gateway port).
-Result<sockaddr_storage> original_destination(const UniqueFd& accepted);
+// `family`: the accepted socket's (its listener's), or AF_UNSPEC to ask getsockname.
+Result<sockaddr_storage> original_destination(const UniqueFd& accepted, int family = AF_UNSPEC);
 
 struct RefusedPacket {
   std::array<uint8_t, 16> daddr{};  // network byte order; IPv4 in the first 4 bytes

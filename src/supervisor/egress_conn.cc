@@ -209,7 +209,8 @@ void EgressService::Impl::connect_next(Conn* c) {
       c->connect_error = "socket: " + std::string(std::strerror(errno));
       continue;
     }
-    if (on_this_host(a.addr)) {
+    const bool local = on_this_host(a.addr);
+    if (local) {
       // Over this host's loopback a pacing congestion control (BBR, if the host chose it)
       // only costs CPU: several times the relay's CPU per GiB (docs/benchmarks.md, "Egress").
       // cubic, else reno (an unprivileged process may only pick one of
@@ -228,7 +229,15 @@ void EgressService::Impl::connect_next(Conn* c) {
     // write, read: docs/benchmarks.md, "Connection set-up").
     const int one = 1;
     (void)::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    const int rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len);
+    int rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len);
+    if (rc != 0 && errno == EINPROGRESS && local) {
+      // Over loopback the whole handshake runs inside connect(): the SYN-ACK only waits in
+      // the socket's backlog, processed as connect() returns. Asking again says so (0, or
+      // the refusal) without an epoll round, an EPOLLOUT registration and a getsockopt.
+      rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&ss), len);
+      if (rc != 0 && (errno == EALREADY || errno == EINPROGRESS)) errno = EINPROGRESS;
+      if (rc != 0 && errno == EISCONN) rc = 0;
+    }
     if (rc != 0 && errno != EINPROGRESS) {
       c->connect_error = connect_failure(a.addr, c->upstream_port, errno);
       continue;
@@ -322,8 +331,14 @@ void EgressService::Impl::connected(Conn* c, bool known_ok) {
 
 // Moves what can move without blocking, both ways; ends the connection when both
 // directions are finished or one side failed.
-void EgressService::Impl::pump(Conn* c) {
+void EgressService::Impl::pump(Conn* c, uint32_t ready) {
   bool failed = false;
+  // A side is read when it reported something, or when its direction had bytes waiting (a
+  // stream that was held back by the other side goes on at once). Otherwise it has nothing:
+  // epoll is level-triggered and the side is watched for EPOLLIN whenever it may be read
+  // (update_interest), so a read that could only fail with EAGAIN is not tried.
+  const bool read_agent = (ready & kAgentReady) != 0 || c->up.in_pipe > 0;
+  const bool read_upstream = (ready & kUpstreamReady) != 0 || c->down.in_pipe > 0;
   // An https handshake still followed: it moves bytes through user space (egress_tls.cc).
   if (c->tls_watch && !tls_watch_step(c)) return;
   const bool watching = c->tls_watch.has_value();
@@ -340,9 +355,11 @@ void EgressService::Impl::pump(Conn* c) {
     c->bytes_out += static_cast<uint64_t>(w);
   }
   if (!failed && c->head_sent == c->head.size()) {
-    failed = !pump_half(c->up, c->agent.get(), c->upstream.get(), &c->bytes_out, !watching);
+    failed = !pump_half(c->up, c->agent.get(), c->upstream.get(), &c->bytes_out, !watching && read_agent);
   }
-  if (!failed) failed = !pump_half(c->down, c->upstream.get(), c->agent.get(), &c->bytes_in, !server_unseen);
+  if (!failed) {
+    failed = !pump_half(c->down, c->upstream.get(), c->agent.get(), &c->bytes_in, !server_unseen && read_upstream);
+  }
   if (failed) {
     close_conn(c, "reset", true);
     return;
@@ -355,6 +372,11 @@ void EgressService::Impl::pump(Conn* c) {
 }
 
 bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter, bool read) {
+  // `drained`: `from` had nothing more a moment ago (EAGAIN, or a short read — less than a
+  // small message's worth, so a bulk stream still takes several chunks per wake-up). Not read
+  // again in this call: epoll reports it when more comes (one EAGAIN splice less per
+  // direction and wake-up; a 1-byte round trip used to try four).
+  bool drained = !read;
   for (int rounds = 0; rounds < 16; ++rounds) {
     bool progress = false;
     if (h.in_pipe > 0) {
@@ -367,16 +389,19 @@ bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter
         return false;
       }
     }
-    if (read && h.in_pipe == 0 && !h.eof) {
+    if (!drained && h.in_pipe == 0 && !h.eof) {
       ssize_t n = ::splice(from, nullptr, h.pipe_w.get(), nullptr, limits.pipe_bytes,
                            SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
       if (n > 0) {
         h.in_pipe += static_cast<size_t>(n);
         progress = true;
+        if (static_cast<size_t>(n) < kShortRead) drained = true;
       } else if (n == 0) {
         h.eof = true;
         progress = true;
-      } else if (errno != EAGAIN && errno != EINTR) {
+      } else if (errno == EAGAIN) {
+        drained = true;
+      } else if (errno != EINTR) {
         return false;
       }
     }
@@ -449,7 +474,11 @@ void EgressService::Impl::conn_event(Conn* c, bool agent_side, uint32_t ev) {
       break;
     case State::relaying:
       c->last_activity = now_ms();
-      pump(c);
+      // Input (or its end, or an error) on this side: read it. EPOLLOUT alone only flushes
+      // the pipe towards it (and, that pipe having held bytes, reads on behind them).
+      pump(c, (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0 ? 0
+              : agent_side                                             ? kAgentReady
+                                                                       : kUpstreamReady);
       break;
   }
   if (!c->closed && (ev & (EPOLLERR | EPOLLHUP)) != 0) hung_up(c, agent_side, ev);

@@ -12,68 +12,67 @@
 
 namespace soyaos::supervisor {
 
+// One connection per readiness report: the listener is level-triggered, so another pending
+// connection is reported again by the next epoll_wait (with whatever else is ready, in turn),
+// and the usual single connection costs no accept4 that ends in EAGAIN.
 void EgressService::Impl::gateway_accept(const UniqueFd& listener) {
-  for (;;) {
-    bool more = true;
-    UniqueFd fd = accept_one(listener.get(), &refused_conns, &more);
-    if (!fd) {
-      if (!more) return;
-      continue;
-    }
-    // The per-run cap (bounded memory and descriptors; closed ones of this epoll batch still
-    // hold theirs): a bound, not a policy decision — counted for limit_exceeded.
-    if (open_connections() >= budget.conn_cap) {
-      reset_close(fd);
-      ++refused_conns;
-      continue;
-    }
-    auto dst = comet::original_destination(fd);
-    if (!dst) {
-      reset_close(fd);
-      continue;
-    }
-    Conn* conn = new_conn(std::move(fd));
-    policy::IpAddress addr = from_sockaddr(*dst, &conn->port);
-    if (!addr.v6 && EgressPlan::is_fake(v4_host_order(addr))) {
-      auto name = plan.name_for_fake(v4_host_order(addr));
-      if (!name) {
-        refuse(conn, egress_target(policy::to_string(addr), conn->port, "tcp"), "no match",
-               "a fake address the DNS stub never handed out");
-        continue;
-      }
-      conn->host = *name;
-      conn->decision = plan.decide_name(conn->host, conn->port, false);
-    } else {
-      conn->literal = true;
-      conn->literal_addr = addr;
-      conn->host = policy::to_string(addr);
-      conn->decision = plan.decide_literal(addr, conn->port, false);
-    }
-    if (!conn->decision.any && conn->decision.entries.empty() && plan.learn()) {
-      learn_start(conn);  // `pack learn`: read the first bytes, then close (egress_learn.cc)
-      continue;
-    }
-    if (!conn->decision.any && conn->decision.entries.empty()) {
-      refuse(conn, egress_target(conn->host, conn->port, "tcp"), conn->decision.closest,
-             plan.any() ? "denied by the operator (egress.deny)" : "no entry allows this destination");
-      continue;
-    }
-    // tcp entries (and "*") check only host and port: no need to wait for data.
-    for (size_t i : conn->decision.entries) {
-      if (plan.entry(i).protocol == Protocol::tcp) {
-        conn->entry = i;
-        break;
-      }
-    }
-    if (conn->entry || conn->decision.any) {
-      conn->protocol = "tcp";
-      resolve(conn);
-      continue;
-    }
-    conn->state = State::head;
-    conn->deadline = now_ms() + limits.head_timeout_ms;
-    update_interest(conn);
+  bool more = true;
+  UniqueFd fd = accept_one(listener.get(), &refused_conns, &more);
+  if (!fd) return;
+  // The per-run cap (bounded memory and descriptors; closed ones of this epoll batch still
+  // hold theirs): a bound, not a policy decision — counted for limit_exceeded.
+  if (open_connections() >= budget.conn_cap) {
+    reset_close(fd);
+    ++refused_conns;
+    return;
   }
+  // The listener says the family: no getsockname per connection.
+  auto dst = comet::original_destination(fd, &listener == &fds.gateway_tcp6 ? AF_INET6 : AF_INET);
+  if (!dst) {
+    reset_close(fd);
+    return;
+  }
+  Conn* conn = new_conn(std::move(fd));
+  policy::IpAddress addr = from_sockaddr(*dst, &conn->port);
+  if (!addr.v6 && EgressPlan::is_fake(v4_host_order(addr))) {
+    auto name = plan.name_for_fake(v4_host_order(addr));
+    if (!name) {
+      refuse(conn, egress_target(policy::to_string(addr), conn->port, "tcp"), "no match",
+             "a fake address the DNS stub never handed out");
+      return;
+    }
+    conn->host = *name;
+    conn->decision = plan.decide_name(conn->host, conn->port, false);
+  } else {
+    conn->literal = true;
+    conn->literal_addr = addr;
+    conn->host = policy::to_string(addr);
+    conn->decision = plan.decide_literal(addr, conn->port, false);
+  }
+  if (!conn->decision.any && conn->decision.entries.empty() && plan.learn()) {
+    learn_start(conn);  // `pack learn`: read the first bytes, then close (egress_learn.cc)
+    return;
+  }
+  if (!conn->decision.any && conn->decision.entries.empty()) {
+    refuse(conn, egress_target(conn->host, conn->port, "tcp"), conn->decision.closest,
+           plan.any() ? "denied by the operator (egress.deny)" : "no entry allows this destination");
+    return;
+  }
+  // tcp entries (and "*") check only host and port: no need to wait for data.
+  for (size_t i : conn->decision.entries) {
+    if (plan.entry(i).protocol == Protocol::tcp) {
+      conn->entry = i;
+      break;
+    }
+  }
+  if (conn->entry || conn->decision.any) {
+    conn->protocol = "tcp";
+    resolve(conn);
+    return;
+  }
+  conn->state = State::head;
+  conn->deadline = now_ms() + limits.head_timeout_ms;
+  update_interest(conn);
 }
 
 // The agent spoke first (https and http entries): is it what the entry allows?

@@ -318,7 +318,12 @@ struct EgressService::Impl {
   void fail_upstream(Conn* c, const std::string& why);
   // known_ok: connect() itself returned 0 (no SO_ERROR to read).
   void connected(Conn* c, bool known_ok);
-  void pump(Conn* c);
+  // ready: which sides reported input (kAgentReady, kUpstreamReady); only those are read,
+  // and a side whose direction had bytes waiting in its pipe. Both by default.
+  static constexpr uint32_t kAgentReady = 1, kUpstreamReady = 2;
+  void pump(Conn* c, uint32_t ready = kAgentReady | kUpstreamReady);
+  // A read shorter than this found the socket drained: pump_half does not try it again.
+  static constexpr size_t kShortRead = 16384;
   // read: also move new bytes from `from` (false: only flush the pipe and the half-close).
   bool pump_half(Half& h, int from, int to, uint64_t* counter, bool read = true);
   // One step of an https connection whose handshake is still followed (egress_tls.cc);

@@ -445,6 +445,9 @@ TEST_P(NetworkLayer, RedirectsAllowedPairsAndRefusesTheRest) {
     auto dst = original_destination(a1);
     CHILD_CHECK(dst.ok(), dst.ok() ? "" : dst.error().describe());
     CHILD_CHECK(sockaddr_text(*dst) == "198.18.0.1:443", "original destination " + sockaddr_text(*dst));
+    // The gateway names the family (its listener's) instead of asking getsockname: the same.
+    auto dst_named = original_destination(a1, AF_INET);
+    CHILD_CHECK(dst_named.ok() && sockaddr_text(*dst_named) == "198.18.0.1:443", "original destination, AF_INET");
     CHILD_EXPECT_OK(::write(c1.get(), "ping", 4));
     char buf[64];
     CHILD_CHECK(::read(a1.get(), buf, sizeof buf) == 4, "data through the gateway");
@@ -458,6 +461,8 @@ TEST_P(NetworkLayer, RedirectsAllowedPairsAndRefusesTheRest) {
     auto dst6 = original_destination(a6);
     CHILD_CHECK(dst6.ok(), dst6.ok() ? "" : dst6.error().describe());
     CHILD_CHECK(sockaddr_text(*dst6) == "[2001:db8::5]:443", "original destination " + sockaddr_text(*dst6));
+    auto dst6_named = original_destination(a6, AF_INET6);
+    CHILD_CHECK(dst6_named.ok() && sockaddr_text(*dst6_named) == "[2001:db8::5]:443", "original destination, AF_INET6");
 
     // Anything else in TCP: refused at once, and reported.
     UniqueFd c2;
