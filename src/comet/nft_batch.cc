@@ -11,8 +11,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -468,17 +470,19 @@ Status send_transaction(int fd, std::vector<char> bytes, const NftBatch& batch) 
 }  // namespace
 
 std::vector<std::vector<char>> split_nft_batch(const NftBatch& batch, size_t max_bytes) {
-  // The messages between BATCH_BEGIN (first) and BATCH_END (last), by offset.
+  // The messages, by offset: they must tile the bytes exactly, as BATCH_BEGIN, one message
+  // per what[] entry, BATCH_END; anything else is no batch of build_nft_batch's (nothing).
   std::vector<std::pair<size_t, size_t>> messages;  // offset, aligned length
-  for (size_t at = 0; at + sizeof(nlmsghdr) <= batch.bytes.size();) {
+  size_t at = 0;
+  while (at + sizeof(nlmsghdr) <= batch.bytes.size()) {
     const auto* nlh = reinterpret_cast<const nlmsghdr*>(batch.bytes.data() + at);
     const size_t len = NLMSG_ALIGN(nlh->nlmsg_len);
-    if (len == 0) break;
+    if (nlh->nlmsg_len < sizeof(nlmsghdr) || len > batch.bytes.size() - at) return {};
     messages.emplace_back(at, len);
     at += len;
   }
+  if (at != batch.bytes.size() || messages.size() != batch.what.size() + 2) return {};
   std::vector<std::vector<char>> out;
-  if (messages.size() < 2) return out;
   // Plain variables, not structured bindings: clang 14 (the sanitizer build) cannot capture those.
   const size_t begin_at = messages.front().first;
   const size_t begin_len = messages.front().second;
@@ -495,7 +499,8 @@ std::vector<std::vector<char>> split_nft_batch(const NftBatch& batch, size_t max
   open();
   size_t in_current = 0;
   for (size_t i = 1; i + 1 < messages.size(); ++i) {
-    const auto [at, len] = messages[i];
+    const size_t msg_at = messages[i].first;
+    const size_t len = messages[i].second;
     // A message joins the transaction while BEGIN + messages + END fit; a transaction holds
     // at least one message whatever its size (the kernel then names what it refuses).
     if (in_current > 0 && current.size() + len + end_len > max_bytes) {
@@ -503,33 +508,42 @@ std::vector<std::vector<char>> split_nft_batch(const NftBatch& batch, size_t max
       open();
       in_current = 0;
     }
-    current.insert(current.end(), batch.bytes.begin() + static_cast<std::ptrdiff_t>(at),
-                   batch.bytes.begin() + static_cast<std::ptrdiff_t>(at + len));
+    current.insert(current.end(), batch.bytes.begin() + static_cast<std::ptrdiff_t>(msg_at),
+                   batch.bytes.begin() + static_cast<std::ptrdiff_t>(msg_at + len));
     ++in_current;
   }
   close();
   return out;
 }
 
-Status install_nft_batch(const NftBatch& batch) {
+Status install_nft_batch(const NftBatch& batch, size_t max_transaction) {
   UniqueFd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
   if (!fd) return errno_error("nftables: socket(NETLINK_NETFILTER)");
-  // A netlink datagram must fit the socket's send buffer (net.core.wmem_default: 208 KiB, less
-  // the 32 bytes netlink_sendmsg keeps back), and a user namespace cannot raise it
-  // (SO_SNDBUFFORCE needs CAP_NET_ADMIN in the host's). A ruleset past that (~440 redirected
-  // TCP destinations) goes as several transactions in order: table and chains first, then
-  // the rules, each appended where the one batch would have put it, so the kernel holds the
-  // same ruleset, handles included. Only the all-or-nothing of one transaction is lost, and
-  // nothing depends on it: a refused transaction refuses the run (C1, exit 125) and the
+  // A netlink datagram must fit the socket's send buffer (less the 32 bytes netlink_sendmsg
+  // keeps back). It starts at net.core.wmem_default (208 KiB: ~440 redirected TCP
+  // destinations); SO_SNDBUF raises it, without a capability, up to twice net.core.wmem_max,
+  // so that the ruleset stays one transaction, which the kernel applies whole or not at all.
+  // Past what the host allows, the batch goes as several transactions in order: table and
+  // chains first, then the rules, each appended where the one batch would have put it, so
+  // the kernel holds the same ruleset, handles included. Only the all-or-nothing of one
+  // transaction is lost, and nothing depends on it: the filter chain's policy is drop from
+  // the first transaction on, a refused transaction refuses the run (C1, exit 125), and the
   // netns, with whatever part was installed, dies with the child; no agent code runs before.
+  const size_t want = batch.bytes.size() + 4096;
+  if (want <= static_cast<size_t>(INT32_MAX / 2)) {
+    const int request = static_cast<int>(want);
+    (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &request, sizeof request);  // capped by the kernel
+  }
   int sndbuf = 0;
   socklen_t optlen = sizeof sndbuf;
   if (::getsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) != 0) {
     return errno_error("nftables: getsockopt(SO_SNDBUF)");
   }
-  const size_t max_bytes = sndbuf > 4096 ? static_cast<size_t>(sndbuf) - 1024 : 3072;
-  if (batch.bytes.size() <= max_bytes) return send_transaction(fd.get(), batch.bytes, batch);
-  for (auto& transaction : split_nft_batch(batch, max_bytes)) {
+  size_t max_bytes = sndbuf > 4096 ? static_cast<size_t>(sndbuf) - 1024 : 3072;
+  if (max_transaction != 0) max_bytes = std::min(max_bytes, max_transaction);
+  auto transactions = split_nft_batch(batch, max_bytes);
+  if (transactions.empty()) return make_error("nftables: install ruleset: the batch is malformed", EINVAL);
+  for (auto& transaction : transactions) {
     if (auto s = send_transaction(fd.get(), std::move(transaction), batch); !s) return s;
   }
   return {};

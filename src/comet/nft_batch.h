@@ -6,6 +6,7 @@
 // in two fresh network namespaces and compares the kernel's listings.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -25,14 +26,17 @@ struct NftBatch {
 NftBatch build_nft_batch(const NetworkPlan& plan);
 
 // Sends the batch on a NETLINK_NETFILTER socket of the calling thread's netns and reads the
-// kernel's answers (processed during sendmsg). A batch that fits the socket's send buffer is
-// one transaction, which the kernel applies whole or not at all; a larger one goes as several
-// in order (split_nft_batch), which end in the same ruleset. An error names the refused
-// message, the netlink errno and the kernel features it needs.
-Status install_nft_batch(const NftBatch& batch);
+// kernel's answers (processed during sendmsg). The socket's send buffer is raised to hold the
+// batch where the host allows (SO_SNDBUF, up to twice net.core.wmem_max): then it is one
+// transaction, which the kernel applies whole or not at all; past that (or past
+// `max_transaction` bytes when not 0: tests) it goes as several in order (split_nft_batch),
+// which end in the same ruleset. An error names the refused message, the netlink errno and
+// the kernel features it needs; a batch that is not build_nft_batch's shape is refused.
+Status install_nft_batch(const NftBatch& batch, size_t max_transaction = 0);
 
 // The batch as transactions of at most `max_bytes` each (BATCH_BEGIN, messages in their
-// order, BATCH_END), every message in exactly one; exposed for tests.
+// order, BATCH_END), every message in exactly one; nothing when the bytes are not exactly
+// BATCH_BEGIN, one message per `what` entry, BATCH_END. Exposed for tests.
 std::vector<std::vector<char>> split_nft_batch(const NftBatch& batch, size_t max_bytes);
 
 }  // namespace soyaos::comet

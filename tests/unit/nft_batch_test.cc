@@ -130,7 +130,8 @@ ChildReport in_fresh_netns(const std::function<void(const Say& say)>& body) {
 
 // In a fresh network namespace: installs the plan's ruleset (through libnftables when `text`,
 // else as the batch) and returns the kernel's listings, or "SKIP ..." / "FAIL ...".
-std::string listing_in_fresh_netns(const NetworkPlan& plan, bool text) {
+// `max_transaction`: the batch's bound per transaction (0: as the socket allows).
+std::string listing_in_fresh_netns(const NetworkPlan& plan, bool text, size_t max_transaction = 0) {
   auto install_and_list = [&](const Say& say) {
     if (text) {
       for (const auto& cmd : reference_commands(plan)) {
@@ -138,7 +139,7 @@ std::string listing_in_fresh_netns(const NetworkPlan& plan, bool text) {
         std::string out = nft_run(cmd, 0, 0, &ok);
         if (!ok) say("FAIL libnftables: " + out, 1);
       }
-    } else if (auto s = install_nft_batch(build_nft_batch(plan)); !s) {
+    } else if (auto s = install_nft_batch(build_nft_batch(plan), max_transaction); !s) {
       say("FAIL batch: " + s.error().describe(), 1);
     }
     bool ok1 = false;
@@ -173,6 +174,7 @@ std::string first_difference(const std::string& a, const std::string& b) {
 struct Case {
   const char* name;
   NetworkPlan plan;
+  size_t max_transaction = 0;
 };
 
 std::vector<Case> cases() {
@@ -212,8 +214,8 @@ std::vector<Case> cases() {
   many.proxy_port = 15000;
   all.push_back({"many entries", many});
 
-  // Past one datagram (the socket's send buffer, ~440 redirects): the batch goes as several
-  // transactions and must still end in the same ruleset, handles included.
+  // Past one datagram at the default send buffer (~440 redirects): the buffer is raised, or
+  // the batch goes as several transactions; either way the same ruleset, handles included.
   NetworkPlan past_one_datagram;
   for (int i = 0; i < 1500; ++i) {
     past_one_datagram.redirect_tcp.push_back(
@@ -221,7 +223,10 @@ std::vector<Case> cases() {
              static_cast<uint16_t>(443 + i % 2), IPPROTO_TCP));
   }
   past_one_datagram.allow_udp = {rule("192.0.2.53", 53, IPPROTO_UDP)};
-  all.push_back({"past one datagram (1,500 redirects)", past_one_datagram});
+  all.push_back({"past the default send buffer (1,500 redirects)", past_one_datagram});
+  // The same as 12 transactions of at most 64 KiB: what a host whose wmem_max is below the
+  // batch gets.
+  all.push_back({"past one transaction (1,500 redirects, 64 KiB each)", past_one_datagram, size_t{64} * 1024});
   return all;
 }
 
@@ -234,7 +239,7 @@ TEST(NftBatch, MatchesLibnftablesListing) {
     ASSERT_EQ(reference.rfind("FAIL", 0), std::string::npos) << reference;
     ASSERT_NE(reference.find("\"policy\": \"drop\""), std::string::npos) << reference;
     ASSERT_NE(reference.find("[ reject type 2 code 3 ]"), std::string::npos) << "no bytecode listing:\n" << reference;
-    const std::string batch = listing_in_fresh_netns(c.plan, false);
+    const std::string batch = listing_in_fresh_netns(c.plan, false, c.max_transaction);
     EXPECT_TRUE(reference == batch) << first_difference(reference, batch);
   }
 }
@@ -268,6 +273,32 @@ TEST(NftBatch, SplitKeepsEveryMessageOnceInOrder) {
   for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i + 1);
   // One transaction when it fits.
   EXPECT_EQ(split_nft_batch(b, b.bytes.size()).size(), 1u);
+}
+
+// Bytes that are not BATCH_BEGIN, one message per `what`, BATCH_END are refused, never sent
+// (in a fresh netns all the same).
+TEST(NftBatch, AMalformedBatchIsRefusedNotSent) {
+  NetworkPlan plan;
+  plan.redirect_tcp = {rule("198.18.0.1", 443, IPPROTO_TCP)};
+  const NftBatch good = build_nft_batch(plan);
+  std::vector<NftBatch> bad(4, good);
+  bad[0].bytes.resize(good.bytes.size() - 4);           // the last message cut short
+  bad[1].bytes.resize(good.bytes.size() - 20);          // BATCH_END cut away
+  bad[2].what.pop_back();                               // one message more than named
+  reinterpret_cast<nlmsghdr*>(bad[3].bytes.data())->nlmsg_len = 0;  // a zero length
+  for (const auto& b : bad) {
+    EXPECT_TRUE(split_nft_batch(b, 1 << 20).empty());
+    const ChildReport r = in_fresh_netns([&](const Say& say) {
+      auto s = install_nft_batch(b);
+      if (s) say("installed", 1);
+      bool ok = false;
+      const std::string listing = nft_run("list ruleset", 0, 0, &ok);
+      if (listing.find("soyaos") != std::string::npos) say("sent: " + listing, 1);
+      say(s.error().describe(), 0);
+    });
+    if (r.out.rfind("SKIP", 0) == 0) GTEST_SKIP() << r.out;
+    EXPECT_NE(r.out.find("the batch is malformed"), std::string::npos) << r.out;
+  }
 }
 
 TEST(NftBatch, NamesEveryMessage) {
