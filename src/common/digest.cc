@@ -10,6 +10,7 @@
 #include <nettle/sha2.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -48,9 +49,20 @@ namespace {
 // A pack file's digest. read(2) into a buffer that is not zeroed first: a pack of small
 // files touched one page per file instead of zeroing (and faulting in) 64 KiB for each, and
 // std::ifstream's locale set-up per file (issue #16: a cache hit digests the pack).
+// The entry was a regular file when the pack was scanned; one swapped since for a symlink (to
+// anything outside the pack) or a FIFO (which would block the run forever) is refused, not
+// followed or waited on.
 Result<std::string> file_digest(const std::filesystem::path& p) {
-  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return make_error("read " + p.string(), errno);
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) {
+    if (errno == ELOOP) return make_error("read " + p.string() + ": became a symbolic link after the pack was scanned", ELOOP);
+    return make_error("read " + p.string(), errno);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return make_error("stat " + p.string(), errno);
+  if (!S_ISREG(st.st_mode)) {
+    return make_error("read " + p.string() + ": no longer a regular file (changed after the pack was scanned)", EINVAL);
+  }
   constexpr size_t kChunk = size_t{1} << 16;
   const auto buf = std::make_unique_for_overwrite<char[]>(kChunk);
   Sha256 h;

@@ -1,8 +1,8 @@
 // libcrypto, loaded with dlopen() where it is used (issue #16). Linking it made every soyaos
 // process relocate and initialise it at start (3 377 symbol bindings, ~2.6 M instructions,
 // ~1.3 ms of CPU) — `soyaos version`, a cache hit, every run — although what those need
-// (SHA-256 of small inputs, Ed25519, random bytes, base64, constant-time compare, wiping)
-// is libsodium's, which is linked anyway (SHA-256: Nettle's, common/digest.cc). libcrypto is used for: TLS interception (C11:
+// (Ed25519, random bytes, base64, constant-time compare, wiping) is libsodium's, which is
+// linked anyway, and SHA-256 is Nettle's (common/digest.cc). libcrypto is used for: TLS interception (C11:
 // certificates, with libssl, common/libssl.h), the OCI client's extra CA certificates, a
 // registry CA file's check, encrypted minisign keys (scrypt), Ed25519 PEM keys in a layout
 // other than the canonical one (moon/chain.cc).
@@ -29,7 +29,7 @@ Status load_libcrypto();
 
 // Whether load_libcrypto() (or a forwarder) has loaded libcrypto, without loading it. (A
 // libcrypto mapped as libssl's or libcurl's dependency, or linked into a test, does not
-// count until then: Sha256 asks this to choose, and its tests must see libsodium's path.)
+// count until then: tests ask this to check that a path never loaded it.)
 bool libcrypto_loaded();
 
 }  // namespace soyaos

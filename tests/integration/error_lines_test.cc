@@ -138,16 +138,23 @@ TEST(ErrorLines, DoctorEscapesAHostileCgroupName) {
   }
   const fs::path hierarchy = "/sys/fs/cgroup/memory";
   if (own.empty() || !fs::exists(hierarchy / "cgroup.procs")) GTEST_SKIP() << "no cgroup v1 memory hierarchy";
-  const std::string name = "doctor-x\x1b]0;pwned\a\r a";
-  const fs::path hostile = hierarchy / fs::path(own).relative_path() / name;
+  // One name per test process, and leftovers of a killed run removed first (empty cgroups).
+  const fs::path parent = hierarchy / fs::path(own).relative_path();
+  for (const auto& e : fs::directory_iterator(parent)) {
+    if (e.path().filename().string().rfind("doctor-x", 0) == 0) ::rmdir(e.path().c_str());
+  }
+  const std::string name = "doctor-x\x1b]0;pwned\a\r a" + std::to_string(::getpid());
+  const fs::path hostile = parent / name;
   ASSERT_EQ(::mkdir(hostile.c_str(), 0755), 0) << std::strerror(errno);
   auto move_to = [](const fs::path& dir) { std::ofstream(dir / "cgroup.procs") << ::getpid() << std::flush; };
   move_to(hostile);
   auto r = run_soyaos({"doctor"}, {{"SOYAOS_MOON_CONFIG", ""}});
-  move_to(hierarchy / fs::path(own).relative_path());
+  move_to(parent);
   for (int i = 0; i < 100 && ::rmdir(hostile.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(10000);
   for (const char c : {'\x1b', '\r', '\a'}) EXPECT_EQ(r.out.find(c), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("doctor-x\\x1B]0;pwned\\x07\\r a/soyaos-RUN_ID"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("doctor-x\\x1B]0;pwned\\x07\\r a" + std::to_string(::getpid()) + "/soyaos-RUN_ID"),
+            std::string::npos)
+      << r.out;
 }
 
 }  // namespace

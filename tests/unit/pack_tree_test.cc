@@ -86,6 +86,32 @@ TEST(PackTree, ExcludedFilesDoNotChangeTheDigest) {
   EXPECT_NE(tree_digest(p).value(), *before);
 }
 
+// A file swapped after the scan, for a FIFO (which would block the digest forever) or a
+// symlink (to anything, outside the pack), is refused by the digest, not waited on or followed.
+TEST(PackTree, AFileSwappedAfterTheScanIsRefusedByTheDigest) {
+  TmpDir t;
+  const fs::path p = t.path() / "p";
+  make_pack(p, "demo", "1.0.0");
+  write_file(p / "data.txt", "x\n");
+  write_file(t.path() / "outside.txt", "host secret\n");
+  auto tree = scan_pack(p);
+  ASSERT_TRUE(tree) << tree.error().describe();
+  ASSERT_TRUE(tree_digest(p, *tree));
+
+  fs::remove(p / "data.txt");
+  ASSERT_EQ(::mkfifo((p / "data.txt").c_str(), 0644), 0);
+  auto fifo = tree_digest(p, *tree);  // returns at once: no writer is waited for
+  ASSERT_FALSE(fifo);
+  EXPECT_NE(fifo.error().describe().find("no longer a regular file"), std::string::npos) << fifo.error().describe();
+
+  fs::remove(p / "data.txt");
+  fs::create_symlink(t.path() / "outside.txt", p / "data.txt");
+  auto link = tree_digest(p, *tree);
+  ASSERT_FALSE(link);
+  EXPECT_EQ(link.error().err, ELOOP) << link.error().describe();
+  EXPECT_NE(link.error().describe().find("became a symbolic link"), std::string::npos) << link.error().describe();
+}
+
 TEST(PackTree, AnInvalidSoyaignoreIsAnErrorNamingTheLine) {
   TmpDir t;
   const fs::path p = t.path() / "p";
