@@ -42,6 +42,7 @@ void EgressService::Impl::close_conn(Conn* c, const std::string& reason, bool re
   // Only what is in the epoll set (ev_* == UINT32_MAX: never added): one syscall less each.
   if (c->agent && c->ev_agent != UINT32_MAX) unwatch(c->agent.get());
   if (c->upstream && c->ev_up != UINT32_MAX) unwatch(c->upstream.get());
+  emit_opened(c);  // not yet emitted when the first pump ended the connection
   if (c->opened && cb.event) {
     Json d = base(*c);
     d["address"] = policy::to_string(c->upstream_addr);
@@ -313,12 +314,12 @@ void EgressService::Impl::connected(Conn* c, bool known_ok) {
   }
   c->opened = true;
   c->last_activity = now_ms();
-  if (cb.event) {
-    Json d = base(*c);
-    d["address"] = policy::to_string(c->upstream_addr);
-    if (!c->sni.empty()) d["sni"] = c->sni;
-    cb.event("egress_opened", std::move(d));
-  }
+  // egress_opened is built, written and queued for the Moon after the first pump: the
+  // agent's first bytes (already waiting, often) leave for the upstream without waiting for
+  // it. Everything that decides was done before this point and is unchanged; the event still
+  // comes before this connection's egress_closed (close_conn emits it first if the pump
+  // ended the connection), and is as durable as any other (E4).
+  c->open_event_pending = true;
   // A tcp tunnel is established once the upstream is; an https tunnel was answered 200
   // before (its ClientHello had to be checked before anything was connected).
   if (c->proxy && c->proxy_connect && !c->proxy_tls && !send_established(c)) {
@@ -327,6 +328,17 @@ void EgressService::Impl::connected(Conn* c, bool known_ok) {
   }
   c->state = State::relaying;
   pump(c);
+  emit_opened(c);
+}
+
+void EgressService::Impl::emit_opened(Conn* c) {
+  if (!c->open_event_pending) return;
+  c->open_event_pending = false;
+  if (!cb.event) return;
+  Json d = base(*c);
+  d["address"] = policy::to_string(c->upstream_addr);
+  if (!c->sni.empty()) d["sni"] = c->sni;
+  cb.event("egress_opened", std::move(d));
 }
 
 // Moves what can move without blocking, both ways; ends the connection when both

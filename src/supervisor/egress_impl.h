@@ -111,6 +111,7 @@ struct EgressService::Impl {
     uint64_t bytes_out = 0, bytes_in = 0;
     int64_t deadline = 0, last_activity = 0, started = 0;
     bool opened = false;
+    bool open_event_pending = false;  // connected; egress_opened not emitted yet (emit_opened)
     bool closed = false;  // closed during this epoll batch; freed after it
     // The Moon proxy (C7): phase 1 waits for the request head, phase 2 (after CONNECT to an
     // https entry) for the tunnel's ClientHello. entry_key names the proxy.allow entry.
@@ -318,6 +319,8 @@ struct EgressService::Impl {
   void fail_upstream(Conn* c, const std::string& why);
   // known_ok: connect() itself returned 0 (no SO_ERROR to read).
   void connected(Conn* c, bool known_ok);
+  // egress_opened, once, if connected() left it pending.
+  void emit_opened(Conn* c);
   // ready: which sides reported input (kAgentReady, kUpstreamReady); only those are read,
   // and a side whose direction had bytes waiting in its pipe. Both by default.
   static constexpr uint32_t kAgentReady = 1, kUpstreamReady = 2;

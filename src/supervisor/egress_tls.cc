@@ -59,6 +59,7 @@ bool EgressService::Impl::tls_watch_step(Conn* c) {
     return false;
   }
   if (w.state() == State::refused) {
+    emit_opened(c);  // the connection's egress_opened (deferred by connected()) comes first
     const std::string target = egress_target(c->host, c->port, "https");
     if (c->proxy) {
       violation(target, "connect", "ECONNRESET", c->entry_key, "Moon proxy: " + w.reason());

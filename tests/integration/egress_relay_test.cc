@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include "egress_fixture.h"
@@ -158,6 +159,39 @@ TEST_F(EgressTest, AConnectionsLeftoverBytesNeverReachTheNextConnection) {
     EXPECT_EQ(closed[i]["data"]["reason"], "closed") << closed[i].dump();
     EXPECT_EQ(closed[i]["data"]["bytes_out"], 4) << closed[i].dump();
     EXPECT_EQ(closed[i]["data"]["bytes_in"], 4) << closed[i].dump();
+  }
+}
+
+// egress_opened is emitted after the connection's first relay step (so the agent's first
+// bytes leave before it is built and written): still exactly once per connection that was
+// connected upstream, and before that connection's egress_closed, also when that first step
+// already ended the connection (the agent reset it right after its first byte).
+TEST_F(EgressTest, EachConnectionsEgressOpenedComesOnceBeforeItsEgressClosed) {
+  ScriptedServer server({});  // every connection echoes
+  set_moon({{"relay.test", "127.0.0.1"}});
+  set_egress({{"relay.test", server.port(), "tcp"}});
+  const std::string p = std::to_string(server.port());
+  auto run = probe({"netsteps", "reset_burst relay.test " + p + " 100", "tcp_echo relay.test " + p + " after"});
+  ASSERT_EQ(run.results.size(), 2u) << run.context();
+  EXPECT_EQ(run.results[0], "ok 100") << run.context();
+  EXPECT_EQ(run.results[1], "ok after") << run.context();
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  std::map<uint64_t, size_t> opened_at, closed_at;
+  for (size_t i = 0; i < run.events.size(); ++i) {
+    const std::string type = run.events[i].value("type", "");
+    if (type != "egress_opened" && type != "egress_closed") continue;
+    const uint64_t id = run.events[i]["data"].value("connection", uint64_t{0});
+    auto& at = type == "egress_opened" ? opened_at : closed_at;
+    EXPECT_EQ(at.count(id), 0u) << type << " twice for connection " << id << "\n" << run.context();
+    at[id] = i;
+  }
+  // Every connection the gateway connected upstream was opened, then closed.
+  EXPECT_GE(opened_at.size(), 2u) << run.context();
+  EXPECT_EQ(opened_at.size(), closed_at.size()) << run.context();
+  for (const auto& [id, i] : closed_at) {
+    ASSERT_EQ(opened_at.count(id), 1u) << "egress_closed without egress_opened, connection " << id;
+    EXPECT_LT(opened_at[id], i) << "connection " << id;
   }
 }
 
