@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/print_error.h"
@@ -15,6 +16,7 @@
 #include "cli/run_cache.h"
 #include "cli/run_moon.h"
 #include "cli/run_secrets.h"
+#include "comet/launch_thread.h"
 #include "common/digest.h"
 #include "common/phase_trace.h"
 #include "common/text.h"
@@ -321,6 +323,15 @@ void run(const RunArgs& a, CliContext& ctx) {
     return;
   }
   trace_phase("cache_lookup");
+  // A run, not a replay: its cgroup and the thread that will clone the Comet into it now,
+  // before the Moon is opened and the policy compiled, so that the kernel's wait for that
+  // thread's move (7-25 ms of idle wall, comet/launch_thread.h) overlaps that work. Not
+  // before the cache lookup: a replay would wait for the thread to end. A plan that cannot
+  // be probed is left to run_pack to report.
+  std::optional<comet::LaunchThread> launcher;
+  if (auto plan = comet::probe_cgroups()) {
+    req.launcher = &launcher.emplace(*plan, "soyaos-" + req.options.run_id);
+  }
   // After the cache: a replay needs none of the registry (hooks are for a real run).
   auto hooks = moon_run_hooks(*home);
   if (!hooks) {

@@ -236,9 +236,24 @@ Result<CgroupPlan> probe_cgroups() {
   return plan;
 }
 
+namespace {
+
+Error cgroup_failure(CgroupVersion v, const char* what, const Error& e) {
+  return make_error(std::string("cgroup (") + to_string(v) + " " + what + "): " + e.message, e.err);
+}
+
+}  // namespace
+
 Result<RunCgroup> RunCgroup::create(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits) {
+  auto cg = make(plan, name);
+  if (!cg) return cg.error();
+  if (auto s = cg->limit(limits); !s) return s.error();
+  return cg;
+}
+
+Result<RunCgroup> RunCgroup::make(const CgroupPlan& plan, const std::string& name) {
   RunCgroup cg;
-  auto make = [&](const CgroupController& c, const char* what) -> Result<std::string> {
+  auto make_dir = [&](const CgroupController& c, const char* what) -> Result<std::string> {
     const std::string dir = c.parent + "/" + name;
     if (contains(cg.dirs_, dir)) return dir;  // v2: one directory for every controller
     if (c.version == CgroupVersion::v2 && !plan.v2_enable.empty() && !exists(c.parent)) {
@@ -269,50 +284,61 @@ Result<RunCgroup> RunCgroup::create(const CgroupPlan& plan, const std::string& n
     }
     return dir;
   };
-  auto fail = [](const CgroupController& c, const char* what, const Error& e) {
-    return make_error(std::string("cgroup (") + to_string(c.version) + " " + what + "): " + e.message, e.err);
-  };
   if (plan.memory.version != CgroupVersion::none) {
-    auto dir = make(plan.memory, "memory");
-    if (!dir) return fail(plan.memory, "memory", dir.error());
+    auto dir = make_dir(plan.memory, "memory");
+    if (!dir) return cgroup_failure(plan.memory.version, "memory", dir.error());
     cg.memory_dir_ = *dir;
     cg.memory_version_ = plan.memory.version;
-    const std::string bytes = std::to_string(limits.memory_bytes);
-    Status s;
-    if (plan.memory.version == CgroupVersion::v1) {
-      // Charges page cache, tmpfs, shmem and memfd pages to the cgroup that touched them.
-      s = write_value(*dir, "memory.limit_in_bytes", bytes);
-      // Memory plus swap: swapping out shmem must not escape the limit.
-      if (s && exists(*dir + "/memory.memsw.limit_in_bytes")) s = write_value(*dir, "memory.memsw.limit_in_bytes", bytes);
-      // Inherited from the parent: an OOM must kill, not freeze the agent.
-      if (s) s = write_value(*dir, "memory.oom_control", "0");
-    } else {
-      s = write_value(*dir, "memory.max", bytes);
-      if (s && exists(*dir + "/memory.swap.max")) s = write_value(*dir, "memory.swap.max", "0");
-      if (s) s = write_value(*dir, "memory.oom.group", "1");
-    }
-    if (!s) return fail(plan.memory, "memory", s.error());
   }
   if (plan.pids.version != CgroupVersion::none) {
-    auto dir = make(plan.pids, "pids");
-    if (!dir) return fail(plan.pids, "pids", dir.error());
+    auto dir = make_dir(plan.pids, "pids");
+    if (!dir) return cgroup_failure(plan.pids.version, "pids", dir.error());
     cg.pids_dir_ = *dir;
     cg.pids_version_ = plan.pids.version;
-    cg.pids_limit_ = limits.pids;
-    // One more until seal(): the launcher thread is in this cgroup when it clones the Comet
-    // (v1), and is released before the Comet runs anything (launch_thread.h).
-    if (auto s = write_value(*dir, "pids.max", std::to_string(uint64_t{limits.pids} + 1)); !s) {
-      return fail(plan.pids, "pids", s.error());
-    }
   }
   if (plan.cpu.version != CgroupVersion::none) {
-    auto dir = make(plan.cpu, "cpu");
-    if (!dir) return fail(plan.cpu, "cpu", dir.error());
-    Status s = plan.cpu.version == CgroupVersion::v1 ? write_value(*dir, "cpu.shares", std::to_string(kCpuSharesV1))
-                                                     : write_value(*dir, "cpu.weight", std::to_string(kCpuWeightV2));
-    if (!s) return fail(plan.cpu, "cpu", s.error());
+    auto dir = make_dir(plan.cpu, "cpu");
+    if (!dir) return cgroup_failure(plan.cpu.version, "cpu", dir.error());
+    cg.cpu_dir_ = *dir;
+    cg.cpu_version_ = plan.cpu.version;
   }
   return cg;
+}
+
+Status RunCgroup::limit(const policy::Limits& limits) {
+  if (!memory_dir_.empty()) {
+    const std::string bytes = std::to_string(limits.memory_bytes);
+    Status s;
+    if (memory_version_ == CgroupVersion::v1) {
+      // Charges page cache, tmpfs, shmem and memfd pages to the cgroup that touched them.
+      s = write_value(memory_dir_, "memory.limit_in_bytes", bytes);
+      // Memory plus swap: swapping out shmem must not escape the limit.
+      if (s && exists(memory_dir_ + "/memory.memsw.limit_in_bytes")) {
+        s = write_value(memory_dir_, "memory.memsw.limit_in_bytes", bytes);
+      }
+      // Inherited from the parent: an OOM must kill, not freeze the agent.
+      if (s) s = write_value(memory_dir_, "memory.oom_control", "0");
+    } else {
+      s = write_value(memory_dir_, "memory.max", bytes);
+      if (s && exists(memory_dir_ + "/memory.swap.max")) s = write_value(memory_dir_, "memory.swap.max", "0");
+      if (s) s = write_value(memory_dir_, "memory.oom.group", "1");
+    }
+    if (!s) return cgroup_failure(memory_version_, "memory", s.error());
+  }
+  if (!pids_dir_.empty()) {
+    pids_limit_ = limits.pids;
+    // One more until seal(): the launcher thread is in this cgroup when it clones the Comet
+    // (v1), and is released before the Comet runs anything (launch_thread.h).
+    if (auto s = write_value(pids_dir_, "pids.max", std::to_string(uint64_t{limits.pids} + 1)); !s) {
+      return cgroup_failure(pids_version_, "pids", s.error());
+    }
+  }
+  if (!cpu_dir_.empty()) {
+    Status s = cpu_version_ == CgroupVersion::v1 ? write_value(cpu_dir_, "cpu.shares", std::to_string(kCpuSharesV1))
+                                                 : write_value(cpu_dir_, "cpu.weight", std::to_string(kCpuWeightV2));
+    if (!s) return cgroup_failure(cpu_version_, "cpu", s.error());
+  }
+  return {};
 }
 
 RunCgroup::RunCgroup(RunCgroup&& other) noexcept
@@ -322,6 +348,8 @@ RunCgroup::RunCgroup(RunCgroup&& other) noexcept
       memory_version_(other.memory_version_),
       pids_version_(other.pids_version_),
       pids_limit_(other.pids_limit_),
+      cpu_dir_(std::move(other.cpu_dir_)),
+      cpu_version_(other.cpu_version_),
       v1_dirs_(std::move(other.v1_dirs_)),
       v2_dir_(std::move(other.v2_dir_)),
       v2_fd_(std::move(other.v2_fd_)) {
@@ -338,6 +366,8 @@ RunCgroup& RunCgroup::operator=(RunCgroup&& other) noexcept {
     memory_version_ = other.memory_version_;
     pids_version_ = other.pids_version_;
     pids_limit_ = other.pids_limit_;
+    cpu_dir_ = std::move(other.cpu_dir_);
+    cpu_version_ = other.cpu_version_;
     v1_dirs_ = std::move(other.v1_dirs_);
     v2_dir_ = std::move(other.v2_dir_);
     v2_fd_ = std::move(other.v2_fd_);

@@ -94,6 +94,11 @@ class RunCgroup {
   // pids.max one above the limit until seal(): the launcher thread counts there while it
   // clones the Comet (v1).
   static Result<RunCgroup> create(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits);
+  // The two halves of create(): the directories (and, v2, the fd of the run's one), then
+  // the limits. Between them the cgroups are unlimited: only the launcher thread may be in
+  // them then, and the Comet is cloned only after limit() succeeded (launch_thread.h).
+  static Result<RunCgroup> make(const CgroupPlan& plan, const std::string& name);
+  [[nodiscard]] Status limit(const policy::Limits& limits);
   RunCgroup() = default;
   RunCgroup(RunCgroup&& other) noexcept;
   RunCgroup& operator=(RunCgroup&& other) noexcept;
@@ -128,6 +133,8 @@ class RunCgroup {
   CgroupVersion memory_version_ = CgroupVersion::none;
   CgroupVersion pids_version_ = CgroupVersion::none;
   uint32_t pids_limit_ = 0;
+  std::string cpu_dir_;
+  CgroupVersion cpu_version_ = CgroupVersion::none;
   std::vector<std::string> v1_dirs_;  // the v1 ones of dirs_
   std::string v2_dir_;
   UniqueFd v2_fd_;

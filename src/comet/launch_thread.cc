@@ -13,15 +13,38 @@
 namespace soyaos::comet {
 
 LaunchThread::LaunchThread(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits)
-    : LaunchThread(RunCgroup::create(plan, name, limits)) {}
+    : LaunchThread(plan, name) {
+  set_limits(limits);
+}
 
-LaunchThread::LaunchThread(Result<RunCgroup> cgroup) {
+LaunchThread::LaunchThread(const CgroupPlan& plan, const std::string& name) : plan_(plan) {
+  auto cgroup = RunCgroup::make(plan, name);
   if (!cgroup) {
     error_ = cgroup.error();
     return;
   }
   cgroup_.emplace(std::move(cgroup).value());
   if (cgroup_->has_v1()) start();
+}
+
+LaunchThread::LaunchThread(Result<RunCgroup> cgroup) : limited_(true) {
+  if (!cgroup) {
+    error_ = cgroup.error();
+    return;
+  }
+  cgroup_.emplace(std::move(cgroup).value());
+  if (cgroup_->has_v1()) start();
+}
+
+void LaunchThread::set_limits(const policy::Limits& limits) {
+  if (error_ || !cgroup_) return;
+  // The thread may be entering the cgroup meanwhile: other files, and nothing is cloned
+  // before this returns (clone() runs on the caller's side after it).
+  if (auto s = cgroup_->limit(limits); !s) {
+    error_ = s.error();
+    return;
+  }
+  limited_ = true;
 }
 
 LaunchThread::~LaunchThread() {
@@ -98,6 +121,7 @@ Status LaunchThread::clone(const std::function<Status()>& job) {
   if (used_) return make_error("launch: the Comet was already cloned");
   used_ = true;
   if (error_) return *error_;
+  if (!limited_) return make_error("launch: the run's cgroup has no limits written (set_limits)");
   if (!thread_.joinable()) {
     // No v1 directory: nothing to enter; the clone names a v2 cgroup itself, if any.
     if (auto s = job(); !s) return s;

@@ -4,10 +4,12 @@
 // cgroup_threadgroup_rwsem for writing, and the first writer in a while waits for an RCU
 // grace period: 10-25 ms of idle wall time on this project's hosts, which used to sit
 // between clone3 and the agent's start. Instead:
-//   - at the run's plan (supervisor/run.cc) the run's cgroup is created and ONE thread is
-//     started that places itself alone in every v1 hierarchy of it (RunCgroup::
-//     enter_this_thread); the grace period then passes while the supervisor records
-//     run_started and commits it;
+//   - as soon as a run is certain (`soyaos run`: its cache lookup missed, cli/cmd_run.cc;
+//     other callers: the run's plan, supervisor/run.cc) the run's cgroup is made and ONE
+//     thread is started that places itself alone in every v1 hierarchy of it (RunCgroup::
+//     enter_this_thread); the grace period then passes while the supervisor opens the
+//     Moon, compiles the policy, records run_started and commits it. The limits are
+//     written at the plan (set_limits), and nothing is cloned before they are;
 //   - launch_comet hands that thread the clone (clone()): a task inherits the cgroups of
 //     the thread that clones it, so the Comet is born in its run cgroup, charged from its
 //     first page, and nothing is ever migrated. A v2 cgroup takes no lone thread: there
@@ -51,12 +53,22 @@ class LaunchThread {
   // be created or entered is reported by clone(), so the run records it like any launch
   // failure (run_finished, exit 125).
   LaunchThread(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits);
-  // From a cgroup already made (tests).
+  // The same, with the limits to come (set_limits): `soyaos run` starts it at its cache
+  // miss, before the Moon is opened and the policy compiled, so that the wait overlaps more.
+  LaunchThread(const CgroupPlan& plan, const std::string& name);
+  // From a cgroup already made and limited (tests).
   explicit LaunchThread(Result<RunCgroup> cgroup);
   // Stops and joins a thread that cloned nothing; the cgroup, unless taken, is removed.
   ~LaunchThread();
   LaunchThread(const LaunchThread&) = delete;
   LaunchThread& operator=(const LaunchThread&) = delete;
+
+  // Writes the run's limits in its cgroup (RunCgroup::limit), from the thread that will
+  // call clone(). A failure is kept and returned by clone(); clone() refuses to run
+  // without the limits written.
+  void set_limits(const policy::Limits& limits);
+  // The plan the cgroup was made from (the run reports it: limit_mechanisms).
+  [[nodiscard]] const CgroupPlan& plan() const { return plan_; }
 
   // Runs `job` (the clone) on the thread once it is in the run's cgroup, or on this
   // thread when there is no v1 directory; then joins the thread, waits until the kernel
@@ -81,7 +93,9 @@ class LaunchThread {
   // its pid, cgroup_release, before it unhashes it).
   Status finish_thread();
 
+  CgroupPlan plan_;
   std::optional<RunCgroup> cgroup_;
+  bool limited_ = false;
   std::optional<Error> error_;  // the cgroup could not be created
   std::mutex mu_;
   std::condition_variable cv_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unistd.h>
 
 #include "comet/cgroup.h"
@@ -227,16 +228,22 @@ RunReport run_pack(const RunRequest& request) {
     return report;
   }
 
-  // Which kernel mechanism bounds memory and pids on this host (C9).
-  auto cgroups = comet::probe_cgroups();
+  // Which kernel mechanism bounds memory and pids on this host (C9): the plan the caller's
+  // launcher thread was started from, if any.
+  auto cgroups = request.launcher != nullptr ? Result<comet::CgroupPlan>(request.launcher->plan())
+                                             : comet::probe_cgroups();
   if (!cgroups) {
     report.error = "cgroup: " + cgroups.error().describe();
     return report;
   }
-  // The run's cgroup now, and the thread that will clone the Comet into it enters it now:
-  // the kernel's grace-period wait for that move (10-25 ms of idle wall) passes while the
-  // run is recorded below (launch_thread.h). A failure is reported by launch_comet.
-  comet::LaunchThread launcher(*cgroups, "soyaos-" + policy->identity.run_id, policy->limits);
+  // The run's cgroup, and the thread that will clone the Comet into it, enter it now at the
+  // latest: the kernel's grace-period wait for that move (7-25 ms of idle wall) passes while
+  // the run is recorded below (launch_thread.h). The limits are in place before the clone.
+  // A failure is reported by launch_comet.
+  std::optional<comet::LaunchThread> own_launcher;
+  comet::LaunchThread* launcher = request.launcher;
+  if (launcher == nullptr) launcher = &own_launcher.emplace(*cgroups, "soyaos-" + policy->identity.run_id);
+  launcher->set_limits(policy->limits);
   trace_phase("plan");
 
   scope::EventSink sink;
@@ -381,7 +388,7 @@ RunReport run_pack(const RunRequest& request) {
     store_events();
     return report;
   }
-  auto launched = comet::launch_comet(*policy, *program, egress->network_plan(), *cgroups, launcher);
+  auto launched = comet::launch_comet(*policy, *program, egress->network_plan(), *cgroups, *launcher);
   if (!launched) {
     report.error = launched.error().describe();
     emit("run_finished", {{"exit_code", kExitSetup}, {"error", report.error}, {"violations", 0}});
@@ -390,7 +397,7 @@ RunReport run_pack(const RunRequest& request) {
     report.exit_code = kExitSetup;
     return report;
   }
-  if (launcher.entered_ns() != 0) trace_phase_at("mark:cgroup_entered", launcher.entered_ns());
+  if (launcher->entered_ns() != 0) trace_phase_at("mark:cgroup_entered", launcher->entered_ns());
   trace_phase_at("clone3", launched->launch_ns);
   for (int i = 0; i < comet::kStepCount; ++i) {
     trace_child_phase(comet::kSetupStepNames[i], launched->step_ns[i], launched->step_cpu_ns[i]);

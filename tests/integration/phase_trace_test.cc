@@ -107,8 +107,9 @@ capabilities:
     }
   }
   EXPECT_GT(prev_child, 0) << "the child's set-up took no CPU at all?";
-  // As root here the run has cgroups: the launcher thread's entry is marked, after the plan
-  // and before the Comet was ready; rootless (rlimits only) there is no launcher thread.
+  // As root here the run has cgroups: the launcher thread's entry is marked, after the cache
+  // lookup (where `soyaos run` starts it) and before the Comet was ready; rootless (rlimits
+  // only) there is no launcher thread.
   if (rootless_mode()) {
     EXPECT_TRUE(marks.empty()) << run.err;
   } else {
@@ -121,7 +122,7 @@ capabilities:
       }
       return uint64_t{0};
     };
-    EXPECT_GT(marks[0].monotonic_ns, at("plan")) << run.err;
+    EXPECT_GT(marks[0].monotonic_ns, at("cache_lookup")) << run.err;
     EXPECT_LT(marks[0].monotonic_ns, at("comet_ready")) << run.err;
   }
 }

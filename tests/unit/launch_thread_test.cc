@@ -161,6 +161,33 @@ TEST_F(LaunchThreadTest, ACgroupThatCannotBeCreatedIsReportedByTheClone) {
   EXPECT_NE(s.error().message.find("cgroup (cgroup v1 memory)"), std::string::npos) << s.error().message;
 }
 
+TEST_F(LaunchThreadTest, TheLimitsComeLaterButBeforeAnyClone) {
+  // As `soyaos run` starts it (at its cache miss): the directories first, the limits at the
+  // run's plan. Without them nothing is cloned.
+  {
+    LaunchThread launcher(plan_, name("later"));
+    ASSERT_NE(launcher.cgroup(), nullptr);
+    const std::string pids_dir = plan_.pids.parent + "/" + name("later");
+    EXPECT_EQ(slurp(pids_dir + "/pids.max"), "max\n");
+    bool ran = false;
+    Status s = launcher.clone([&]() -> Status {
+      ran = true;
+      return {};
+    });
+    ASSERT_FALSE(s);
+    EXPECT_FALSE(ran) << "cloned into an unlimited cgroup";
+    EXPECT_NE(s.error().message.find("no limits"), std::string::npos) << s.error().message;
+  }
+  LaunchThread launcher(plan_, name("later2"));
+  launcher.set_limits(policy::Limits{32 << 20, 6, 0, 0, 0});
+  const std::string dir = plan_.pids.parent + "/" + name("later2");
+  EXPECT_EQ(slurp(dir + "/pids.max"), "7\n");
+  EXPECT_EQ(slurp(plan_.memory.parent + "/" + name("later2") + "/memory.limit_in_bytes"), std::to_string(32 << 20) + "\n");
+  Status s = launcher.clone([] { return Status{}; });
+  ASSERT_TRUE(s) << s.error().describe();
+  EXPECT_EQ(slurp(dir + "/pids.max"), "6\n");
+}
+
 TEST_F(LaunchThreadTest, ARunThatStopsBeforeTheCloneLeavesNothingBehind) {
   std::vector<std::string> dirs;
   {
