@@ -326,11 +326,11 @@ void run(const RunArgs& a, CliContext& ctx) {
   // A run, not a replay: its cgroup and the thread that will clone the Comet into it now,
   // before the Moon is opened and the policy compiled, so that the kernel's wait for that
   // thread's move (7-25 ms of idle wall, comet/launch_thread.h) overlaps that work. Not
-  // before the cache lookup: a replay would wait for the thread to end. A plan that cannot
-  // be probed is left to run_pack to report.
+  // before the cache lookup: a replay would wait for the thread to end; nor for a manifest
+  // run_pack will refuse. A plan that cannot be probed is left to run_pack to report.
   std::optional<comet::LaunchThread> launcher;
-  if (auto plan = comet::probe_cgroups()) {
-    req.launcher = &launcher.emplace(*plan, "soyaos-" + req.options.run_id);
+  if (loaded.manifest) {
+    if (auto plan = comet::probe_cgroups()) req.launcher = &launcher.emplace(*plan, "soyaos-" + req.options.run_id);
   }
   // After the cache: a replay needs none of the registry (hooks are for a real run).
   auto hooks = moon_run_hooks(*home);
