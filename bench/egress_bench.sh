@@ -5,8 +5,9 @@
 #      straight on loopback and through a socat relay (target: gateway >= 0.5x direct), with
 #      the CPU seconds per GiB of each stage (client, relay, sink) and what they bound;
 #   2. connection set-up latency, p50/p99 over N connects (connect + a 1-byte round trip,
-#      so the gateway's upstream connect is included), gateway against direct and socat
-#      (target: gateway p50 <= direct p50 + 100 us), and the supervisor's CPU per connection;
+#      so the gateway's upstream connect is included), gateway against direct, socat and the
+#      floor of any relay here (bench/min_relay.c, compiled with cc; target: gateway p50 <=
+#      direct p50 + 100 us), and the supervisor's CPU per connection;
 #   3. DNS stub: sequential A queries per second (raw UDP to 127.0.0.1:53 in the sandbox);
 #   4. supervisor memory per open gateway connection (peak RSS with HOLD connections held
 #      open, minus an idle run, from run_finished).
