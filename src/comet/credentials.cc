@@ -121,13 +121,19 @@ Status write_id_maps(pid_t child, const policy::Policy& policy, uid_t host_uid, 
 }
 
 Status become_sandbox_ids(const policy::Policy& policy) {
+  // SAFETY: raw system calls, not glibc's wrappers. The child is a clone3 copy of the
+  // supervisor's launcher thread (launch_thread.h), and glibc's set*id wrappers signal every
+  // thread glibc believes the process has (its copied thread list) and wait for each: in
+  // the new PID namespace a copied TID can name the child itself (a supervisor running as
+  // PID 1, as a container's entrypoint), and the wrapper then never returned. The child
+  // has exactly one thread, so the per-thread system call is the whole change.
   // setgroups is denied in rootless user namespaces, where the group list is already the
   // operator's single mapped group.
-  if (::setgroups(0, nullptr) != 0 && errno != EPERM) return errno_error("setgroups");
-  if (::setresgid(policy.sandbox_gid, policy.sandbox_gid, policy.sandbox_gid) != 0) {
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0 && errno != EPERM) return errno_error("setgroups");
+  if (::syscall(SYS_setresgid, policy.sandbox_gid, policy.sandbox_gid, policy.sandbox_gid) != 0) {
     return errno_error("setresgid " + std::to_string(policy.sandbox_gid));
   }
-  if (::setresuid(policy.sandbox_uid, policy.sandbox_uid, policy.sandbox_uid) != 0) {
+  if (::syscall(SYS_setresuid, policy.sandbox_uid, policy.sandbox_uid, policy.sandbox_uid) != 0) {
     return errno_error("setresuid " + std::to_string(policy.sandbox_uid));
   }
   return {};

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <system_error>
 
 namespace soyaos::comet {
 
@@ -65,7 +66,13 @@ void LaunchThread::start() {
   sigset_t all, old;
   sigfillset(&all);
   (void)::pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this] { loop(); });
+  try {
+    thread_ = std::thread([this] { loop(); });
+  } catch (const std::system_error& e) {
+    // pthread_create refused (the supervisor at its own pids or RLIMIT_NPROC limit): the
+    // launch reports it like any other (run_finished, exit 125), with the mask restored.
+    error_ = Error{e.code().value(), "cgroup: start the thread that enters the run's cgroup"};
+  }
   (void)::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 

@@ -50,8 +50,8 @@ class LaunchThread {
  public:
   // Creates the run's cgroup (RunCgroup::create) and, when it has a v1 directory, starts
   // the thread, which places itself in it at once. Nothing fails here: a cgroup that cannot
-  // be created or entered is reported by clone(), so the run records it like any launch
-  // failure (run_finished, exit 125).
+  // be created or entered, or a thread that cannot be started, is reported by clone(), so
+  // the run records it like any launch failure (run_finished, exit 125).
   LaunchThread(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits);
   // The same, with the limits to come (set_limits): `soyaos run` starts it at its cache
   // miss, before the Moon is opened and the policy compiled, so that the wait overlaps more.

@@ -402,6 +402,8 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   const std::function<Status()> clone_job = [&]() -> Status {
     if (as_root) {
       if (auto s = enter_run_ids(host_uid, host_gid); !s) {
+        // A failed setresgid/setresuid may still have changed an id: dumpable back anyway.
+        if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
         return make_error("user namespace: " + s.error().message, s.error().err);
       }
     }

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <cstdio>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -84,6 +85,25 @@ resources: )" + resources + "\n");
   TempDir dir_;
   fs::path pack_;
 };
+
+// soyaos as PID 1 (a container's entrypoint): the Comet is a clone3 copy of the launcher
+// thread, and glibc's set*id wrappers in it would signal the threads glibc believes it has
+// — in the new PID namespace the supervisor's TID 1 is the child itself — and spin forever
+// (review). The child's set*id calls are raw system calls; the run ends, exit 0.
+TEST_F(CometCgroupTest, ARunWhoseSupervisorIsPid1Ends) {
+  if (::geteuid() != 0 || rootless_mode()) GTEST_SKIP() << "needs root for a PID namespace of its own";
+  std::string cmd = "timeout -s KILL 60 unshare --pid --fork --mount-proc " + soyaos_binary() + " run " +
+                    pack_.string() + " --no-cache --out " + (dir_.path() / "out").string() +
+                    " -- write /workdir/out/ran 2>&1; echo \"exit=$?\"";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ::pclose(p);
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir_.path() / "out" / "ran")) << out;
+}
 
 // The agent's /proc/self/cgroup: a cgroup namespace rooted at its own cgroup, so every
 // hierarchy reads "/" and nothing of the host's tree shows.
