@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/clone_gate.h"
 #include "supervisor/egress_impl.h"
 
 namespace soyaos::supervisor {
@@ -81,6 +82,11 @@ void EgressService::Impl::resolver_worker(std::shared_ptr<ResolverPool> pool) {
       job = std::move(pool->jobs.front());
       pool->jobs.pop_front();
     }
+    // Detached, a worker can outlive its run while a lookup finishes, and `pack test` or
+    // `pack learn` then launch the next run's Comet in this process: every step that may
+    // allocate holds the clone gate shared (common/clone_gate.h), so that clone3 never
+    // copies this thread mid-malloc. The lookup is bounded by the resolver's deadline.
+    std::shared_lock gate(clone_gate());
     auto result = resolve_host(pool->network, job.name);
     std::lock_guard lock(pool->mu);
     if (pool->stopping) return;
