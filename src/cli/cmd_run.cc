@@ -330,7 +330,7 @@ void run(const RunArgs& a, CliContext& ctx) {
   // run_pack will refuse. A plan that cannot be probed is left to run_pack to report.
   std::optional<comet::LaunchThread> launcher;
   if (loaded.manifest) {
-    if (auto plan = comet::probe_cgroups()) req.launcher = &launcher.emplace(*plan, "soyaos-" + req.options.run_id);
+    if (auto plan = comet::probe_cgroups()) req.launcher = &launcher.emplace(*plan, comet::run_cgroup_name(req.options.run_id));
   }
   // After the cache: a replay needs none of the registry (hooks are for a real run).
   auto hooks = moon_run_hooks(*home);

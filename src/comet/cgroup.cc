@@ -102,7 +102,7 @@ void sweep_stale(const std::string& parent) {
   if (d == nullptr) return;
   const time_t now = ::time(nullptr);
   while (struct dirent* e = ::readdir(d)) {
-    if (std::strncmp(e->d_name, "soyaos-", 7) != 0) continue;
+    if (std::string_view(e->d_name).substr(0, kRunCgroupPrefix.size()) != kRunCgroupPrefix) continue;
     const std::string dir = parent + "/" + e->d_name;
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || now - st.st_mtime < 60) continue;

@@ -28,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -79,6 +80,11 @@ std::map<std::string, CgroupMount> parse_cgroup_mounts(const std::string& text);
 
 // Decides from the host's files (and write access, and the euid) where each controller goes.
 Result<CgroupPlan> probe_cgroups();
+
+// A run's cgroup is "soyaos-RUN_ID" under each controller's parent; the sweep of run
+// cgroups a killed soyaos left behind recognises them by this prefix.
+inline constexpr std::string_view kRunCgroupPrefix = "soyaos-";
+inline std::string run_cgroup_name(const std::string& run_id) { return std::string(kRunCgroupPrefix) + run_id; }
 
 // What the kernel counted for one run.
 struct CgroupUsage {

@@ -242,7 +242,7 @@ RunReport run_pack(const RunRequest& request) {
   // A failure is reported by launch_comet.
   std::optional<comet::LaunchThread> own_launcher;
   comet::LaunchThread* launcher = request.launcher;
-  if (launcher == nullptr) launcher = &own_launcher.emplace(*cgroups, "soyaos-" + policy->identity.run_id);
+  if (launcher == nullptr) launcher = &own_launcher.emplace(*cgroups, comet::run_cgroup_name(policy->identity.run_id));
   launcher->set_limits(policy->limits);
   trace_phase("plan");
 

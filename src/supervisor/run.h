@@ -60,7 +60,7 @@ struct RunRequest {
   // that a run parses it once (issue #16); nullptr: run_pack loads it. Must outlive run_pack.
   const manifest::LoadResult* loaded = nullptr;
   // The run's cgroup and the thread that clones the Comet into it, started by the caller
-  // from probe_cgroups() and named "soyaos-" + options.run_id (`soyaos run` starts it at its
+  // from probe_cgroups() and named comet::run_cgroup_name(options.run_id) (`soyaos run` starts it at its
   // cache miss, so that the kernel's wait for it overlaps more, comet/launch_thread.h);
   // run_pack writes the limits into it. nullptr: run_pack starts one at its plan. Must
   // outlive run_pack.
