@@ -12,78 +12,25 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "cgroup_files.h"
+#include "comet_fixture.h"
 #include "harness.h"
 
 namespace soyaos::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
-std::set<std::string> lines_of(const std::string& text) {
-  std::set<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.insert(line);
-  }
-  return out;
-}
-
-class CometCgroupTest : public ::testing::Test {
+// Every run with --no-cache: what these tests check happens in a real run, never a replay
+// of a cached result. No operator secret in the environment: these manifests use none.
+class CometCgroupTest : public CometFixture {
  protected:
-  void SetUp() override {
-    if (rootless_mode() && ::geteuid() != 0) GTEST_SKIP() << "rootless variant needs root to drop to nobody";
-    pack_ = dir_.copy_from_source("tests/fixtures/probe", "pack");
-  }
-
-  void set_resources(const std::string& resources) {
-    dir_.write("pack/soyapack.yaml", R"(soyapack: v0
-name: comet-probe
-version: 0.1.0
-agent: {runtime: python3, entrypoint: probe.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir], write: [/workdir/out]}
-  determinism_tier: read-only
-resources: )" + resources + "\n");
-  }
-
-  std::vector<std::string> run_args(const std::vector<std::string>& action) const {
-    std::vector<std::string> args = {"run",      pack_.string(), "--out", (dir_.path() / "out").string(),
-                                     "--events", (dir_.path() / "events.jsonl").string(), "--no-cache", "--"};
-    args.insert(args.end(), action.begin(), action.end());
-    return args;
-  }
-
-  std::vector<json> events(const std::string& type) const {
-    std::vector<json> out;
-    std::istringstream lines(read_file(dir_.path() / "events.jsonl"));
-    for (std::string line; std::getline(lines, line);) {
-      if (line.empty()) continue;
-      auto e = json::parse(line);
-      if (e.value("type", "") == type) out.push_back(e);
-    }
-    return out;
-  }
-
-  // The probe's RESULT lines, in order.
-  static std::vector<std::string> results(const std::string& out) {
-    std::vector<std::string> r;
-    std::istringstream in(out);
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("RESULT ", 0) == 0) r.push_back(line.substr(7));
-    }
-    return r;
-  }
-
-  TempDir dir_;
-  fs::path pack_;
+  ProbeRun probe_run(const std::vector<std::string>& action) { return probe(action, {"--no-cache"}, {}); }
 };
 
 // soyaos as PID 1 (a container's entrypoint): the Comet is a clone3 copy of the launcher
@@ -108,10 +55,10 @@ TEST_F(CometCgroupTest, ARunWhoseSupervisorIsPid1Ends) {
 // The agent's /proc/self/cgroup: a cgroup namespace rooted at its own cgroup, so every
 // hierarchy reads "/" and nothing of the host's tree shows.
 TEST_F(CometCgroupTest, TheAgentSeesOnlyTheRootOfItsCgroupNamespace) {
-  auto r = run_soyaos(run_args({"cgroup"}), {}, dir_.path());
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  auto res = results(r.out);
-  ASSERT_EQ(res.size(), 1u) << r.out;
+  auto run = probe_run({"cgroup"});
+  ASSERT_EQ(run.output.exit_code, 0) << run.output.out << run.output.err;
+  const auto& res = run.results;
+  ASSERT_EQ(res.size(), 1u) << run.output.out;
   ASSERT_EQ(res[0].rfind("ok ", 0), 0u) << res[0];
   std::istringstream in(res[0].substr(3));
   int lines = 0;
@@ -126,18 +73,18 @@ TEST_F(CometCgroupTest, TheAgentSeesOnlyTheRootOfItsCgroupNamespace) {
 // eighth and reports it; rootless: RLIMIT_NPROC does).
 TEST_F(CometCgroupTest, TheAgentCreatesExactlyItsPidsLimit) {
   set_resources("{pids: 8}");
-  auto r = run_soyaos(run_args({"thread_count", "50"}), {}, dir_.path());
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(results(r.out), std::vector<std::string>{"ok 7"}) << r.out << r.err;
-  auto started = events("run_started");
+  auto run = probe_run({"thread_count", "50"});
+  ASSERT_EQ(run.output.exit_code, 0) << run.output.out << run.output.err;
+  EXPECT_EQ(run.results, std::vector<std::string>{"ok 7"}) << run.output.out << run.output.err;
+  auto started = run.of_type("run_started");
   ASSERT_EQ(started.size(), 1u);
   const std::string mechanism = started[0]["data"]["limit_mechanisms"].value("pids", "");
-  auto exceeded = events("limit_exceeded");
+  auto exceeded = run.of_type("limit_exceeded");
   if (mechanism == "rlimit") {
-    EXPECT_TRUE(exceeded.empty()) << r.err;
+    EXPECT_TRUE(exceeded.empty()) << run.output.err;
     return;
   }
-  ASSERT_EQ(exceeded.size(), 1u) << r.err;
+  ASSERT_EQ(exceeded.size(), 1u) << run.output.err;
   EXPECT_EQ(exceeded[0]["data"]["limit_pids"], 8);
   EXPECT_EQ(exceeded[0]["data"]["refused"], 1) << "the launcher's own clone was counted as refused";
 }
@@ -163,7 +110,7 @@ std::string v1_dir(const std::string& controller, const std::string& path) {
 // the supervisor's: not the launcher thread that cloned it, nor any other thread.
 TEST_F(CometCgroupTest, TheRunCgroupHoldsTheAgentAndNoThreadOfTheSupervisor) {
   const std::string marker = "1." + std::to_string(::getpid());  // how long it sleeps, and how we find it
-  Background bg(run_args({"steps", "cgroup", "sleep:" + marker}), {}, dir_.path());
+  Background bg(run_args({"steps", "cgroup", "sleep:" + marker}, {"--no-cache"}), {}, dir_.path());
   pid_t agent = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (agent == 0 && std::chrono::steady_clock::now() < deadline) {
@@ -207,8 +154,8 @@ TEST_F(CometCgroupTest, TheRunCgroupHoldsTheAgentAndNoThreadOfTheSupervisor) {
   // Read while the agent sleeps, then let it finish.
   std::map<std::string, std::pair<std::string, std::string>> held;
   for (const auto& [controller, dir] : run_dirs) held[controller] = {read_file(dir + "/tasks"), read_file(dir + "/cgroup.procs")};
-  auto r = bg.finish();
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const ProbeRun run = collect(bg.finish());
+  ASSERT_EQ(run.output.exit_code, 0) << run.output.out << run.output.err;
   if (run_dirs.empty()) {
     // No cgroup for this user here (rootless on cgroup v1): the rlimits bound the run.
     ASSERT_TRUE(rootless_mode()) << "as root the agent must be in a run cgroup:\n" << host_view;
@@ -223,7 +170,7 @@ TEST_F(CometCgroupTest, TheRunCgroupHoldsTheAgentAndNoThreadOfTheSupervisor) {
     EXPECT_EQ(tasks, agent_threads) << controller << ": " << got.first;
     for (const auto& t : tasks) EXPECT_EQ(supervisor_threads.count(t), 0u) << controller << ": supervisor thread " << t;
   }
-  EXPECT_EQ(results(r.out).size(), 2u) << r.out;
+  EXPECT_EQ(run.results.size(), 2u) << run.output.out;
 }
 
 }  // namespace

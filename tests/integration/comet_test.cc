@@ -8,76 +8,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
+#include <cstdio>
+#include <filesystem>
 
+#include "comet_fixture.h"
 #include "harness.h"
 
 namespace soyaos::testing {
 namespace {
 
-using nlohmann::json;
-
-struct ProbeRun {
-  RunOutput output;
-  std::vector<json> events;
-  std::string result;  // the probe's "RESULT ..." line, without the prefix
-
-  std::vector<json> of_type(const std::string& type) const {
-    std::vector<json> out;
-    for (const auto& e : events) {
-      if (e.value("type", "") == type) out.push_back(e);
-    }
-    return out;
-  }
-};
-
-class CometTest : public ::testing::Test {
+class CometTest : public CometFixture {
  protected:
-  void SetUp() override {
-    if (rootless_mode() && ::geteuid() != 0) GTEST_SKIP() << "rootless variant needs root to drop to nobody";
-    pack_ = dir_.copy_from_source("tests/fixtures/probe", "pack");
-  }
-
-  // Writes a manifest variant of the probe pack (same probe.py).
-  void set_manifest(const std::string& yaml) { dir_.write("pack/soyapack.yaml", yaml); }
-
-  // The probe pack's manifest with other resource limits ("{pids: 16}").
-  void set_resources(const std::string& resources) {
-    set_manifest(R"(soyapack: v0
-name: comet-probe
-version: 0.1.0
-agent: {runtime: python3, entrypoint: probe.py}
-capabilities:
-  egress: []
-  fs: {read: [/workdir], write: [/workdir/out]}
-  determinism_tier: read-only
-resources: )" + resources + "\n");
-  }
-
-  ProbeRun probe(const std::vector<std::string>& action, std::vector<std::string> extra = {}) {
-    auto events = dir_.path() / "events.jsonl";
-    std::filesystem::remove(events);
-    std::vector<std::string> args = {"run", pack_.string(), "--out", (dir_.path() / "out").string(),
-                                     "--events", events.string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.emplace_back("--");
-    args.insert(args.end(), action.begin(), action.end());
-    ProbeRun run;
-    run.output = run_soyaos(args, {{"SOYAOS_TEST_SECRET", "operator-secret"}}, dir_.path());
-    std::istringstream lines(read_file(events));
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty()) run.events.push_back(json::parse(line));
-    }
-    auto pos = run.output.out.find("RESULT ");
-    if (pos != std::string::npos) {
-      auto end = run.output.out.find('\n', pos);
-      run.result = run.output.out.substr(pos + 7, end - pos - 7);
-    }
-    return run;
-  }
-
   // A denial: errno seen, one violation event with these fields, exit 3.
   void expect_violation(const ProbeRun& run, const std::string& errno_name, const std::string& surface,
                         const std::string& resource, const std::string& access = "") {
@@ -107,9 +48,6 @@ resources: )" + resources + "\n");
     EXPECT_EQ(run.output.exit_code, 0) << run.output.err;
     EXPECT_TRUE(run.of_type("capability_violation").empty()) << run.output.err;
   }
-
-  TempDir dir_;
-  std::filesystem::path pack_;
 };
 
 // ---- filesystem -------------------------------------------------------------------------

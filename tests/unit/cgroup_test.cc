@@ -17,15 +17,12 @@
 #include <set>
 #include <sstream>
 
+#include "cgroup_files.h"
+
 namespace soyaos::comet {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using soyaos::testing::slurp;
 
 bool is_dir(const std::string& path) {
   struct stat st {};

@@ -16,28 +16,15 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include "cgroup_files.h"
 
 namespace soyaos::comet {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::set<std::string> lines_of(const std::string& text) {
-  std::set<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.insert(line);
-  }
-  return out;
-}
+using soyaos::testing::lines_of;
+using soyaos::testing::slurp;
 
 // A child of clone3 (a copy of this test process) that waits until the parent closes
 // hold[1], then exits.
