@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,11 +93,34 @@ std::optional<std::string> dir_of(const CgroupMount& m, const std::string& path)
   return std::nullopt;  // our cgroup is outside what this mount shows
 }
 
-// Run cgroups left behind by a soyaos that was killed (SIGKILL skips ~RunCgroup): empty
-// (no task) and older than a minute. Each leaked memory cgroup holds a memcg id, of which
-// the kernel has 65535, so they must not accumulate. A live run's cgroup is never empty
-// for long: it is created milliseconds before the launcher thread enters it, and removed
-// once the agent is gone.
+// A run's claim on one of its cgroup directories: the directory open, under a shared flock,
+// held by the RunCgroup from right after its mkdir until remove(). sweep_stale tests it.
+Result<UniqueFd> claim_dir(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return errno_error("open " + dir);
+  // Non-blocking: the only other locker is a sweep, which never takes a directory this young.
+  if (::flock(fd.get(), LOCK_SH | LOCK_NB) != 0) return errno_error("flock " + dir);
+  return fd;
+}
+
+// Run cgroups left behind by a soyaos that was killed (SIGKILL skips ~RunCgroup): unclaimed,
+// empty (no task) and older than a minute. Each leaked memory cgroup holds a memcg id, of
+// which the kernel has 65535, so they must not accumulate.
+//
+// A live run's cgroup may be empty for as long as its pre-launch work takes: on cgroup v2
+// nothing enters it until clone3(CLONE_INTO_CGROUP), and `soyaos run` makes it at its cache
+// miss, before it opens the Moon, compiles the policy and records the run durably: work whose
+// length nothing bounds (a busy Moon daemon, a slow fsync, a stopped process). So what tells a
+// live run's directory from a dead one's is not its age but its claim (claim_dir): the kernel
+// drops a flock when the last fd of its open file description closes, i.e. when the owner ends
+// however it ends (SIGKILL included), and not before; this sweep's non-blocking exclusive
+// flock fails while the claim is held, and is kept until the rmdir, so no owner can claim what
+// is being removed. flock, not fcntl locks: those belong to the process, and a sweep would not
+// see the claim of another run of its own process (pack test and pack learn launch several
+// runs in one). Refreshing the mtime before clone3 would not do: a sweep during the pre-launch
+// work comes before the refresh, and any age limit is a window that long enough pre-launch
+// work outlasts. The age check stays for the microseconds between an owner's mkdir and its
+// claim, and for the unclaimed directories of an older soyaos on this host.
 void sweep_stale(const std::string& parent) {
   DIR* d = ::opendir(parent.c_str());
   if (d == nullptr) return;
@@ -106,6 +130,8 @@ void sweep_stale(const std::string& parent) {
     const std::string dir = parent + "/" + e->d_name;
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || now - st.st_mtime < 60) continue;
+    UniqueFd claim(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!claim || ::flock(claim.get(), LOCK_EX | LOCK_NB) != 0) continue;  // its run is alive
     auto procs = read_small(dir + "/cgroup.procs");
     if (procs && procs->empty()) (void)::rmdir(dir.c_str());
   }
@@ -274,6 +300,12 @@ Result<RunCgroup> RunCgroup::make(const CgroupPlan& plan, const std::string& nam
       return errno_error(std::string(to_string(c.version)) + " " + what + ": mkdir " + dir);
     }
     cg.dirs_.push_back(dir);
+    auto claim = claim_dir(dir);
+    if (!claim) {
+      return make_error(std::string(to_string(c.version)) + " " + what + ": " + claim.error().message,
+                        claim.error().err);
+    }
+    cg.claims_.push_back(std::move(claim).value());
     if (c.version == CgroupVersion::v1) {
       cg.v1_dirs_.push_back(dir);
     } else {
@@ -352,9 +384,11 @@ RunCgroup::RunCgroup(RunCgroup&& other) noexcept
       cpu_version_(other.cpu_version_),
       v1_dirs_(std::move(other.v1_dirs_)),
       v2_dir_(std::move(other.v2_dir_)),
-      v2_fd_(std::move(other.v2_fd_)) {
+      v2_fd_(std::move(other.v2_fd_)),
+      claims_(std::move(other.claims_)) {
   other.dirs_.clear();
   other.v1_dirs_.clear();
+  other.claims_.clear();
 }
 
 RunCgroup& RunCgroup::operator=(RunCgroup&& other) noexcept {
@@ -371,8 +405,10 @@ RunCgroup& RunCgroup::operator=(RunCgroup&& other) noexcept {
     v1_dirs_ = std::move(other.v1_dirs_);
     v2_dir_ = std::move(other.v2_dir_);
     v2_fd_ = std::move(other.v2_fd_);
+    claims_ = std::move(other.claims_);
     other.dirs_.clear();
     other.v1_dirs_.clear();
+    other.claims_.clear();
   }
   return *this;
 }
@@ -435,6 +471,7 @@ void RunCgroup::remove() {
   dirs_.clear();
   v1_dirs_.clear();
   v2_fd_.reset();
+  claims_.clear();  // after the rmdir: until then a sweep must leave the directories alone
 }
 
 }  // namespace soyaos::comet

@@ -4,7 +4,9 @@
 //
 //   probe_cgroups()      which hierarchy can hold the run's cgroup, per controller (reads
 //                        /proc/self/cgroup, /proc/self/mountinfo; no side effect)
-//   RunCgroup::create()  mkdir the run's cgroup and write its limits (parent, before clone)
+//   RunCgroup::create()  mkdir the run's cgroup, claim it (a flock on each directory, held
+//                        until removal: the sweep of stale run cgroups leaves it alone) and
+//                        write its limits (parent, before clone)
 //   enter_this_thread()  v1: place the calling thread (the launcher thread, launch_thread.h)
 //                        in it; the Comet that thread clones is born there
 //   v2_fd()              v2: the directory clone3(CLONE_INTO_CGROUP) creates the Comet in
@@ -82,7 +84,8 @@ std::map<std::string, CgroupMount> parse_cgroup_mounts(const std::string& text);
 Result<CgroupPlan> probe_cgroups();
 
 // A run's cgroup is "soyaos-RUN_ID" under each controller's parent; the sweep of run
-// cgroups a killed soyaos left behind recognises them by this prefix.
+// cgroups a killed soyaos left behind recognises them by this prefix (and leaves alone the
+// ones a live run holds a claim on: a flock, see RunCgroup::make).
 inline constexpr std::string_view kRunCgroupPrefix = "soyaos-";
 inline std::string run_cgroup_name(const std::string& run_id) { return std::string(kRunCgroupPrefix) + run_id; }
 
@@ -100,7 +103,7 @@ class RunCgroup {
   // pids.max one above the limit until seal(): the launcher thread counts there while it
   // clones the Comet (v1).
   static Result<RunCgroup> create(const CgroupPlan& plan, const std::string& name, const policy::Limits& limits);
-  // The two halves of create(): the directories (and, v2, the fd of the run's one), then
+  // The two halves of create(): the directories (claimed; and, v2, the fd of the run's one), then
   // the limits. Between them the cgroups are unlimited: only the launcher thread may be in
   // them then, and the Comet is cloned only after limit() succeeded (launch_thread.h).
   static Result<RunCgroup> make(const CgroupPlan& plan, const std::string& name);
@@ -144,6 +147,9 @@ class RunCgroup {
   std::vector<std::string> v1_dirs_;  // the v1 ones of dirs_
   std::string v2_dir_;
   UniqueFd v2_fd_;
+  // One per directory of dirs_, each under a shared flock: the run's claim on it, which the
+  // sweep of stale run cgroups respects (an empty v2 one waits for clone3, cgroup.cc).
+  std::vector<UniqueFd> claims_;
 };
 
 }  // namespace soyaos::comet

@@ -2,8 +2,9 @@
 // clones is born in the run's cgroup (no migration), the thread itself is gone from it and
 // no longer counted by the time clone() returns, pids.max is then the limit, and a cgroup
 // that cannot be entered refuses the clone naming the directory. The v2 mechanism
-// (clone3 CLONE_INTO_CGROUP) is checked in this host's cgroup2 hierarchy, which has no
-// controllers (docs/sandbox.md, "The run's cgroup").
+// (clone3 CLONE_INTO_CGROUP), and the sweep of stale run cgroups against a run's v2 cgroup,
+// which is empty until that clone3, are checked in this host's cgroup2 hierarchy, which has
+// no controllers (docs/sandbox.md, "The run's cgroup").
 #include "comet/launch_thread.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +17,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "cgroup_files.h"
 
@@ -199,41 +203,130 @@ TEST(LaunchThreadNoCgroup, WithoutAV1DirectoryTheCloneRunsOnTheCallersThread) {
   EXPECT_FALSE(launcher.clone([] { return Status{}; })) << "a second clone was accepted";
 }
 
-// cgroup v2: a thread cannot be placed alone in a domain cgroup, so there clone3 names the
-// run's cgroup (CLONE_INTO_CGROUP with an O_PATH fd, as RunCgroup::v2_fd gives). This
-// host's cgroup2 has no controllers, but the placement is the kernel's either way.
-TEST(CloneIntoCgroupV2, TheChildLandsInTheCgroupTheFdNames) {
-  if (::geteuid() != 0) GTEST_SKIP() << "making a cgroup2 directory here needs root";
-  auto mounts = parse_cgroup_mounts(slurp("/proc/self/mountinfo"));
-  auto own = parse_proc_cgroup(slurp("/proc/self/cgroup"));
-  auto m = mounts.find("");
-  if (m == mounts.end() || own.count("") == 0) GTEST_SKIP() << "no cgroup2 mount";
-  const std::string base = m->second.mount_point + (own[""] == "/" ? "" : own[""]);
-  const std::string dir = base + "/soyaos-unit-into-" + std::to_string(::getpid());
+// cgroup v2 in this host's cgroup2 hierarchy, under the test process's own cgroup there. It
+// has no controllers, but where clone3 places a task is the kernel's either way.
+class CloneIntoCgroupV2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "making a cgroup2 directory here needs root";
+    auto mounts = parse_cgroup_mounts(slurp("/proc/self/mountinfo"));
+    auto own = parse_proc_cgroup(slurp("/proc/self/cgroup"));
+    auto m = mounts.find("");
+    if (m == mounts.end() || own.count("") == 0) GTEST_SKIP() << "no cgroup2 mount";
+    mount_ = m->second.mount_point;
+    base_ = mount_ + (own[""] == "/" ? "" : own[""]);
+    ASSERT_EQ(::pipe2(hold_, O_CLOEXEC), 0);
+  }
+  void TearDown() override {
+    for (int fd : hold_) {
+      if (fd >= 0) ::close(fd);
+    }
+    for (auto it = made_.rbegin(); it != made_.rend(); ++it) (void)::rmdir(it->c_str());
+  }
+  // A child cloned into the cgroup `fd` names; it waits until hold_[1] is closed.
+  long clone_into(int fd) {
+    struct clone_args args {};
+    args.flags = CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(fd);
+    args.exit_signal = SIGCHLD;
+    return clone_waiting_child(args, hold_);
+  }
+  // Ends the children clone_into() made, and reaps `pid`.
+  void release(long pid) {
+    ::close(hold_[1]);
+    hold_[1] = -1;
+    ASSERT_EQ(::waitpid(static_cast<pid_t>(pid), nullptr, 0), pid);
+  }
+
+  std::string mount_, base_;
+  int hold_[2] = {-1, -1};
+  std::vector<std::string> made_;  // directories a failed test may leave: removed, children first
+};
+
+// A thread cannot be placed alone in a domain cgroup, so there clone3 names the run's cgroup
+// (CLONE_INTO_CGROUP with an O_PATH fd, as RunCgroup::v2_fd gives).
+TEST_F(CloneIntoCgroupV2, TheChildLandsInTheCgroupTheFdNames) {
+  const std::string dir = base_ + "/soyaos-unit-into-" + std::to_string(::getpid());
   ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir << ": " << std::strerror(errno);
   int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
-  int hold[2];
-  ASSERT_EQ(::pipe2(hold, O_CLOEXEC), 0);
   struct clone_args args {};
   args.flags = CLONE_INTO_CGROUP | CLONE_NEWCGROUP;
   args.cgroup = static_cast<uint64_t>(fd);
   args.exit_signal = SIGCHLD;
-  long pid = clone_waiting_child(args, hold);
+  long pid = clone_waiting_child(args, hold_);
   ASSERT_GT(pid, 0) << std::strerror(errno);
   const std::string procs = slurp(dir + "/cgroup.procs");
   const std::string view = slurp("/proc/" + std::to_string(pid) + "/cgroup");
-  ::close(hold[1]);
-  ASSERT_EQ(::waitpid(static_cast<pid_t>(pid), nullptr, 0), pid);
+  release(pid);
   EXPECT_EQ(procs, std::to_string(pid) + "\n");
-  EXPECT_NE(view.find("0::" + dir.substr(m->second.mount_point.size()) + "\n"), std::string::npos) << view;
+  EXPECT_NE(view.find("0::" + dir.substr(mount_.size()) + "\n"), std::string::npos) << view;
   // A cgroup removed meanwhile refuses the clone (ENOENT), and a v1 directory is no v2 fd.
   ASSERT_EQ(::rmdir(dir.c_str()), 0) << std::strerror(errno);
-  args.flags = CLONE_INTO_CGROUP;
-  EXPECT_EQ(clone_waiting_child(args, hold), -1);
+  EXPECT_EQ(clone_into(fd), -1);
   EXPECT_EQ(errno, ENOENT);
   ::close(fd);
-  ::close(hold[0]);
+}
+
+// The run's v2 cgroup is made at `soyaos run`'s cache miss and stays empty until the clone3
+// that names it: a run whose pre-launch work took over a minute left it looking like the
+// leftover of a killed run (empty, its mtime over a minute old), and a concurrent run's sweep removed
+// it, so the clone3 failed (ENOENT) and the run was refused (125). The run's claim on it (a
+// flock) keeps every sweep off it while the run lives, the sweep of another run of the same
+// process too; the clone then lands in it. Once the run is gone (killed: no destructor, the
+// kernel dropped the claim) the same directory is swept by the next run.
+TEST_F(CloneIntoCgroupV2, ASlowRunsEmptyCgroupIsSweptOnlyOnceTheRunIsGone) {
+  const std::string parent = base_ + "/soyaos-unit-v2-sweep-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(parent.c_str(), 0755), 0) << parent << ": " << std::strerror(errno);
+  CgroupPlan plan;
+  plan.pids = {CgroupVersion::v2, parent};
+  const std::string slow = parent + "/soyaos-unit-slow";
+  const std::string killed = parent + "/soyaos-unit-killed";
+  made_ = {parent, slow, killed};
+  // What a minute of pre-launch work leaves: the directory's mtime is its mkdir's.
+  struct timespec long_ago[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  {
+    auto run = RunCgroup::make(plan, "soyaos-unit-slow");
+    ASSERT_TRUE(run) << run.error().describe();
+    ASSERT_EQ(::utimensat(AT_FDCWD, slow.c_str(), long_ago, 0), 0) << std::strerror(errno);
+    {
+      auto concurrent = RunCgroup::make(plan, "soyaos-unit-next");  // its sweep of `parent`
+      ASSERT_TRUE(concurrent) << concurrent.error().describe();
+    }
+    struct stat st {};
+    EXPECT_EQ(::stat(slow.c_str(), &st), 0) << "a live run's cgroup was swept";
+    const long pid = clone_into(run->v2_fd());
+    EXPECT_GT(pid, 0) << "the run's clone3 failed: " << std::strerror(errno);
+    if (pid > 0) {
+      EXPECT_EQ(slurp(slow + "/cgroup.procs"), std::to_string(pid) + "\n");
+      release(pid);
+    }
+  }
+  // The owner killed with SIGKILL while its run was being set up.
+  int made[2];
+  ASSERT_EQ(::pipe2(made, O_CLOEXEC), 0);
+  const pid_t owner = ::fork();
+  ASSERT_GE(owner, 0);
+  if (owner == 0) {
+    auto run = RunCgroup::make(plan, "soyaos-unit-killed");
+    (void)!::write(made[1], run ? "y" : "n", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(made[1]);
+  char c = 0;
+  EXPECT_EQ(::read(made[0], &c, 1), 1);
+  ::close(made[0]);
+  ::kill(owner, SIGKILL);
+  ASSERT_EQ(::waitpid(owner, nullptr, 0), owner);
+  ASSERT_EQ(c, 'y') << "the owner could not make its cgroup";
+  ASSERT_EQ(::utimensat(AT_FDCWD, killed.c_str(), long_ago, 0), 0) << std::strerror(errno);
+  {
+    auto next = RunCgroup::make(plan, "soyaos-unit-next");
+    ASSERT_TRUE(next) << next.error().describe();
+  }
+  struct stat st {};
+  EXPECT_NE(::stat(killed.c_str(), &st), 0) << "the cgroup of a killed run was kept";
 }
 
 }  // namespace
