@@ -85,6 +85,17 @@ void leave_run_ids() {
   (void)::syscall(SYS_setresgid, -1, 0, -1);
 }
 
+Status allow_clone_into_run_cgroup() {
+  struct __user_cap_header_struct header {};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  struct __user_cap_data_struct data[2] {};
+  // SAFETY: capget/capset(2) on this thread (pid 0): glibc has no wrapper without libcap.
+  if (::syscall(SYS_capget, &header, data) != 0) return errno_error("capget");
+  data[CAP_TO_INDEX(CAP_DAC_OVERRIDE)].effective |= CAP_TO_MASK(CAP_DAC_OVERRIDE);
+  if (::syscall(SYS_capset, &header, data) != 0) return errno_error("capset: raise CAP_DAC_OVERRIDE");
+  return {};
+}
+
 Status bound_user_quotas() {
   const std::pair<const char*, const char*> limits[] = {
       {"max_inotify_instances", "16"}, {"max_inotify_watches", "8192"}, {"max_fanotify_groups", "0"},

@@ -406,6 +406,14 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
         if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
         return make_error("user namespace: " + s.error().message, s.error().err);
       }
+      // v2: the run's ids may not write root's cgroup.procs, which clone3 checks.
+      if ((args.flags & CLONE_INTO_CGROUP) != 0) {
+        if (auto s = allow_clone_into_run_cgroup(); !s) {
+          leave_run_ids();
+          if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+          return make_error("cgroup: " + s.error().message, s.error().err);
+        }
+      }
     }
     {
       // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper, so no

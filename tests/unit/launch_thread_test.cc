@@ -6,9 +6,11 @@
 // which is empty until that clone3, are checked in this host's cgroup2 hierarchy, which has
 // no controllers (docs/sandbox.md, "The run's cgroup").
 #include "comet/launch_thread.h"
+#include "comet/credentials.h"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -18,6 +20,7 @@
 
 #include <cstring>
 #include <ctime>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
@@ -327,6 +330,86 @@ TEST_F(CloneIntoCgroupV2, ASlowRunsEmptyCgroupIsSweptOnlyOnceTheRunIsGone) {
   }
   struct stat st {};
   EXPECT_NE(::stat(killed.c_str(), &st), 0) << "the cgroup of a killed run was kept";
+}
+
+// As root the Comet is cloned with the run's ids as the thread's effective ids (so that its
+// user namespace is theirs), and on cgroup v2 into a root-owned run cgroup: the kernel checks
+// the caller's write access to cgroup.procs, which the run's euid lacks (EACCES, every root
+// run on a v2 host refused before allow_clone_into_run_cgroup). With it the clone lands, the
+// child holds nothing of it on the host (a root-only file and root's cgroup.procs refuse it),
+// and leaving the run's ids gives the thread back exactly what it had.
+TEST_F(CloneIntoCgroupV2, AsRootTheRunsIdsCloneIntoARootOwnedRunCgroup) {
+  if (!use_run_ids()) GTEST_SKIP() << "root with the run id range mapped only";
+  const std::string dir = base_ + "/soyaos-unit-asroot-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir << ": " << std::strerror(errno);
+  made_.push_back(dir);
+  const std::string secret = ::testing::TempDir() + "soyaos-root-only-" + std::to_string(::getpid());
+  {
+    int f = ::open(secret.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(f, 0);
+    ::close(f);
+  }
+  int cg = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(cg, 0);
+  int* hold = hold_;
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  const std::string procs_path = dir + "/cgroup.procs";
+  long without = 0, with = 0;
+  int without_errno = 0, with_errno = 0;
+  bool raised = false, euid_back = false, caps_back = false;
+  // The credentials are per thread: a thread of its own, as the launcher's.
+  std::thread([&] {
+    struct __user_cap_header_struct header {};
+    header.version = _LINUX_CAPABILITY_VERSION_3;
+    struct __user_cap_data_struct before[2] {}, after[2] {};
+    (void)::syscall(SYS_capget, &header, before);
+    if (!enter_run_ids(run_host_uid(), run_host_gid())) return;
+    struct clone_args args {};
+    args.flags = CLONE_NEWUSER | CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cg);
+    args.exit_signal = SIGCHLD;
+    without = ::syscall(SYS_clone3, &args, sizeof args);
+    without_errno = errno;
+    if (without == 0) ::_exit(99);  // not expected: the parent reports it
+    raised = static_cast<bool>(allow_clone_into_run_cgroup());
+    with = ::syscall(SYS_clone3, &args, sizeof args);
+    with_errno = errno;
+    if (with == 0) {
+      // The child: raw calls only (a copy of a threaded process). Two errnos, then wait.
+      (void)::syscall(SYS_close, hold[1]);
+      int errs[2] = {0, 0};
+      int f = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, secret.c_str(), O_RDONLY | O_CLOEXEC));
+      errs[0] = f < 0 ? errno : 0;
+      f = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, procs_path.c_str(), O_WRONLY | O_CLOEXEC));
+      errs[1] = f < 0 ? errno : 0;
+      (void)!::write(report[1], errs, sizeof errs);
+      char c;
+      (void)!::read(hold[0], &c, 1);
+      ::_exit(0);
+    }
+    leave_run_ids();
+    euid_back = ::syscall(SYS_geteuid) == 0;
+    (void)::syscall(SYS_capget, &header, after);
+    caps_back = std::memcmp(before, after, sizeof before) == 0;
+  }).join();
+  ::close(report[1]);
+  EXPECT_EQ(without, -1);
+  EXPECT_EQ(without_errno, EACCES) << std::strerror(without_errno);
+  EXPECT_TRUE(raised);
+  ASSERT_GT(with, 0) << std::strerror(with_errno);
+  int errs[2] = {-1, -1};
+  EXPECT_EQ(::read(report[0], errs, sizeof errs), static_cast<ssize_t>(sizeof errs));
+  const std::string procs = slurp(procs_path);
+  release(with);
+  EXPECT_EQ(procs, std::to_string(with) + "\n");
+  EXPECT_EQ(errs[0], EACCES) << "the child opened a root-only file";
+  EXPECT_EQ(errs[1], EACCES) << "the child may write root's cgroup.procs";
+  EXPECT_TRUE(euid_back);
+  EXPECT_TRUE(caps_back) << "the thread's capabilities differ after leave_run_ids";
+  ::unlink(secret.c_str());
+  ::close(cg);
+  ::close(report[0]);
 }
 
 }  // namespace
