@@ -48,7 +48,7 @@ TEST_F(EscapeTest, ExecAndProcessCreationAreAllRefused) {
 // ---- seccomp (C5) ------------------------------------------------------------------------
 
 TEST_F(EscapeTest, SeccompBypassesAreRefused) {
-  auto run = attack({"seccomp"});
+  auto run = attack(with_ia32_note({"seccomp"}));
   for (int fd = 0; fd < 3; ++fd) {
     for (const char* v : {"tiocsti_fd", "tiocsti_high_fd", "tiocsti_allhigh_fd"}) {
       EXPECT_CASE(run, std::string("seccomp.") + v + std::to_string(fd), "errno=EPERM");
@@ -56,10 +56,13 @@ TEST_F(EscapeTest, SeccompBypassesAreRefused) {
   }
   EXPECT_CASE(run, "seccomp.tioclinux", "errno=EPERM");
   EXPECT_REFUSED(run, "seccomp.dev_tty_open");  // absent: no terminal
-  for (const char* c : {"seccomp.x32_getpid", "seccomp.x32_mount", "seccomp.x32_execve", "seccomp.x32_ioctl_tiocsti",
-                        "seccomp.i386_getpid", "seccomp.i386_mount", "seccomp.i386_ptrace", "seccomp.i386_execve",
-                        "seccomp.i386_ioctl_tiocsti", "seccomp.i386_fork"}) {
+  for (const char* c : {"seccomp.x32_getpid", "seccomp.x32_mount", "seccomp.x32_execve", "seccomp.x32_ioctl_tiocsti"}) {
     EXPECT_CASE(run, c, "errno=ENOSYS");
+  }
+  RecordProperty("ia32_entry", kernel_has_ia32_entry() ? "yes" : "no");
+  for (const char* c : {"seccomp.i386_getpid", "seccomp.i386_mount", "seccomp.i386_ptrace", "seccomp.i386_execve",
+                        "seccomp.i386_ioctl_tiocsti", "seccomp.i386_fork"}) {
+    EXPECT_CASE(run, c, i386_refused("errno=ENOSYS"));
   }
   for (const char* c : {"seccomp.filter_new_listener", "seccomp.filter_tsync", "seccomp.filter_plain",
                         "seccomp.get_notif_sizes", "seccomp.prctl_set_seccomp", "seccomp.prctl_set_seccomp_high",
@@ -108,7 +111,7 @@ TEST_F(EscapeTest, NetlinkRouteListsTheSandboxAndChangesNothing) {
 }
 
 TEST_F(EscapeTest, SyscallSweepReachesNoDeniedFamily) {
-  auto run = attack({"sweep"});
+  auto run = attack(with_ia32_note({"sweep"}));
   ASSERT_EQ(run.get("sweep.done"), "ok") << "the sweep did not finish\n" << run.context();
   // docs/seccomp.md "EPERM — listed for the record", plus syscalls newer than the table.
   const std::map<int, const char*> denied = {
@@ -163,7 +166,7 @@ TEST_F(EscapeTest, SyscallSweepReachesNoDeniedFamily) {
   RecordProperty("uprobe_336", run.get("sweep.336"));
   EXPECT_EQ(run.get("sweep.336").rfind("errno=", 0), 0u) << run.get("sweep.336");
   EXPECT_CASE(run, "sweep.x32_all", "ok bad=");
-  EXPECT_CASE(run, "sweep.i386_all", "ok bad=");
+  EXPECT_CASE(run, "sweep.i386_all", i386_refused("ok bad="));
   EXPECT_CASE(run, "group.end", "ok");
 }
 

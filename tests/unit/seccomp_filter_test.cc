@@ -516,9 +516,16 @@ TEST(SeccompFilter, ForeignAbisRefused) {
   });
   RecordProperty("unfiltered_foreign_abi", unfiltered);
   std::printf("unfiltered (kernel alone): %s\n", unfiltered.c_str());
-  std::string failure = run_in_child([](int report) {
+  // A kernel without the i386 entry (no CONFIG_IA32_EMULATION, or ia32_emulation=0) kills
+  // int 0x80 with SIGSEGV before any filter runs: nothing of that ABI reaches it. The filter's
+  // answer for AUDIT_ARCH_I386 is still checked, by evaluating the program (above).
+  const bool ia32_entry = unfiltered.find("int80=") == 0;
+  if (!ia32_entry) {
+    EXPECT_NE(unfiltered.find("killed by signal 11"), std::string::npos) << unfiltered;
+  }
+  std::string failure = run_in_child([ia32_entry](int report) {
     install_or_fail(report);
-    CHILD_EXPECT_EQ(int80_getpid(), -ENOSYS);
+    if (ia32_entry) CHILD_EXPECT_EQ(int80_getpid(), -ENOSYS);
     CHILD_EXPECT_EQ(x32_getpid(), -ENOSYS);
     CHILD_EXPECT_EQ(::syscall(__NR_getpid), ::getpid());
   });
