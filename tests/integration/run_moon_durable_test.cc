@@ -234,19 +234,29 @@ TEST_F(RunMoonDurable, ALockHeldPastTheBusyTimeoutDelaysButLosesNothing) {
 TEST_F(RunMoonDurable, ALockHeldPastTheStoreDeadlineFailsTheRunAndSaysSo) {
   const std::map<std::string, std::string> quick = {{"SOYAOS_MOON_BUSY_TIMEOUT_MS", "100"},
                                                     {"SOYAOS_MOON_STORE_DEADLINE_MS", "1000"}};
-  auto bg = start("deadline", {"steps", "sleep:1", "exit:0"}, quick);
+  // The lock must be taken while the agent still runs: under load, finding run_started can
+  // take longer than the agent's sleep, and the run then ends (0) before the lock exists. That
+  // attempt did not test anything: again with a longer sleep (the assertions below are strict).
   std::string id;
-  for (int i = 0; i < 200 && id.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (fs::exists(events_file("deadline"))) id = run_id("deadline");
+  RunOutput r;
+  for (const char* seconds : {"1", "3", "6"}) {
+    const std::string name = std::string("deadline-") + seconds;
+    auto bg = start(name, {"steps", std::string("sleep:") + seconds, "exit:0"}, quick);
+    id.clear();
+    for (int i = 0; i < 200 && id.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (fs::exists(events_file(name))) id = run_id(name);
+    }
+    ASSERT_FALSE(id.empty());
+    ASSERT_EQ(wait_stored(id, "run_started").size(), 1u);
+    r = [&] {
+      // Held past the agent's end plus the store deadline (1 s).
+      DbLock lock(fs::path(home_) / "moon.db", std::stod(seconds) + 2);
+      EXPECT_TRUE(lock.locked());
+      return bg->finish();
+    }();
+    if (r.exit_code != 0) break;
   }
-  ASSERT_FALSE(id.empty());
-  ASSERT_EQ(wait_stored(id, "run_started").size(), 1u);
-  auto r = [&] {
-    DbLock lock(fs::path(home_) / "moon.db", 3);
-    EXPECT_TRUE(lock.locked());
-    return bg->finish();
-  }();
   // Never success before storage (E4): 125, and stderr says what was not stored.
   EXPECT_EQ(r.exit_code, 125) << r.err;
   EXPECT_NE(r.err.find("could not be stored"), std::string::npos) << r.err;
