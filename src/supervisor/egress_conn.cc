@@ -3,6 +3,7 @@
 // with splice(2), close (egress_opened / egress_closed).
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -342,9 +343,11 @@ void EgressService::Impl::emit_opened(Conn* c) {
 }
 
 // Moves what can move without blocking, both ways; ends the connection when both
-// directions are finished or one side failed.
+// directions are finished or the agent failed. The upstream's failure (a reset) ends the
+// direction towards it only: what it sent before still reaches the agent, then the agent is
+// reset (up_error), as a direct connection reads a peer's bytes before its reset.
 void EgressService::Impl::pump(Conn* c, uint32_t ready) {
-  bool failed = false;
+  bool reset_now = false;
   // A side is read when it reported something, or when its direction had bytes waiting (a
   // stream that was held back by the other side goes on at once). Otherwise it has nothing:
   // epoll is level-triggered and the side is watched for EPOLLIN whenever it may be read
@@ -356,31 +359,62 @@ void EgressService::Impl::pump(Conn* c, uint32_t ready) {
   const bool watching = c->tls_watch.has_value();
   const bool server_unseen = watching && c->tls_watch->state() == network::TlsHandshakeWatch::State::await_server;
   // The agent's first bytes, read for the protocol check, go first.
-  while (c->head_sent < c->head.size()) {
+  while (c->up_error == 0 && c->head_sent < c->head.size()) {
     ssize_t w = ::send(c->upstream.get(), c->head.data() + c->head_sent, c->head.size() - c->head_sent,
                        MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w < 0) {
-      if (errno != EAGAIN) failed = true;
+      // While the handshake is followed the server's bytes go through the watch: no draining.
+      if (errno != EAGAIN && watching) reset_now = true;
+      if (errno != EAGAIN && !watching) upstream_failed(c, errno);
       break;
     }
     c->head_sent += static_cast<size_t>(w);
     c->bytes_out += static_cast<uint64_t>(w);
   }
-  if (!failed && c->head_sent == c->head.size()) {
-    failed = !pump_half(c->up, c->agent.get(), c->upstream.get(), &c->bytes_out, !watching && read_agent);
+  if (!reset_now && c->up_error == 0 && c->head_sent == c->head.size()) {
+    if (!pump_half(c->up, c->agent.get(), c->upstream.get(), &c->bytes_out, !watching && read_agent)) {
+      upstream_failed(c, errno);  // writing to the upstream failed
+    } else if (c->up.from_error != 0) {
+      reset_now = true;  // reading the agent failed: the agent is gone, the upstream is reset
+    }
   }
-  if (!failed) {
-    failed = !pump_half(c->down, c->upstream.get(), c->agent.get(), &c->bytes_in, !server_unseen && read_upstream);
+  if (!reset_now) {
+    if (!pump_half(c->down, c->upstream.get(), c->agent.get(), &c->bytes_in, !server_unseen && read_upstream)) {
+      reset_now = true;  // writing to the agent failed
+    } else if (c->down.from_error != 0 && c->up_error == 0) {
+      upstream_failed(c, c->down.from_error);  // reading the upstream failed
+    }
   }
-  if (failed) {
+  if (reset_now) {
     close_conn(c, "reset", true);
     return;
   }
-  if (c->up.shut && c->down.shut) {
+  if (c->up_error != 0) {
+    if (c->down.eof && c->down.in_pipe == 0 && reset_after_drain(c)) return;
+  } else if (c->up.shut && c->down.shut) {
     close_conn(c, "closed", false);
     return;
   }
   update_interest(c);
+}
+
+void EgressService::Impl::upstream_failed(Conn* c, int err) {
+  c->up_error = err != 0 ? err : ECONNRESET;
+  if (c->down.from_error == 0) c->down.from_error = c->up_error;
+  // A reset socket reports EPOLLHUP forever: out of the set whenever nothing is wanted of it
+  // (update_interest adds it back for EPOLLIN while its receive queue may still hold bytes).
+  c->up_hup = true;
+}
+
+bool EgressService::Impl::reset_after_drain(Conn* c) {
+  // Bytes the agent's socket still holds (not yet acknowledged by the agent's kernel) would be
+  // dropped by the reset: wait for them. The agent's socket wants no events meanwhile (every
+  // byte towards it is in it); expire() asks again at each tick, and the idle timeout bounds
+  // an agent that never reads.
+  int unsent = 0;
+  if (::ioctl(c->agent.get(), SIOCOUTQ, &unsent) == 0 && unsent > 0) return false;
+  close_conn(c, "reset", true);
+  return true;
 }
 
 bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter, bool read) {
@@ -414,10 +448,14 @@ bool EgressService::Impl::pump_half(Half& h, int from, int to, uint64_t* counter
       } else if (errno == EAGAIN) {
         drained = true;
       } else if (errno != EINTR) {
-        return false;
+        // `from` failed (a reset): like its end, except that `to` is then reset, not shut
+        // down; the bytes before it, in the pipe, still go on. The caller decides.
+        h.from_error = errno;
+        h.eof = true;
+        progress = true;
       }
     }
-    if (h.eof && h.in_pipe == 0 && !h.shut) {
+    if (h.eof && h.in_pipe == 0 && !h.shut && h.from_error == 0) {
       (void)::shutdown(to, SHUT_WR);  // half-close: the other side learns "no more data"
       h.shut = true;
     }
@@ -434,15 +472,16 @@ void EgressService::Impl::update_interest(Conn* c) {
     case State::connecting: u = EPOLLOUT; break;
     case State::relaying:
       if (c->tls_watch) {
-        if (!c->tls_agent_eof && c->head_sent == c->head.size() && c->tls_pending.size() < kTlsPendingMax) {
+        if (c->up_error == 0 && !c->tls_agent_eof && c->head_sent == c->head.size() &&
+            c->tls_pending.size() < kTlsPendingMax) {
           a |= EPOLLIN;
         }
-      } else if (!c->up.eof && c->up.in_pipe == 0 && c->head_sent == c->head.size()) {
-        a |= EPOLLIN;
+      } else if (c->up_error == 0 && !c->up.eof && c->up.in_pipe == 0 && c->head_sent == c->head.size()) {
+        a |= EPOLLIN;  // (nothing of the agent's can reach a failed upstream: not read)
       }
       if (c->down.in_pipe > 0) a |= EPOLLOUT;
-      if (!c->down.eof && c->down.in_pipe == 0) u |= EPOLLIN;
-      if (c->up.in_pipe > 0 || c->head_sent < c->head.size()) u |= EPOLLOUT;
+      if (!c->down.eof && c->down.in_pipe == 0) u |= EPOLLIN;  // a failed upstream's last bytes too
+      if (c->up_error == 0 && (c->up.in_pipe > 0 || c->head_sent < c->head.size())) u |= EPOLLOUT;
       break;
   }
   // While relaying, a side stays in the set even when nothing is wanted of it: EPOLLERR is
@@ -508,8 +547,20 @@ void EgressService::Impl::hung_up(Conn* c, bool agent_side, uint32_t ev) {
   int err = 0;
   socklen_t len = sizeof err;
   if ((ev & EPOLLERR) != 0 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
-    // A reset (or another failure) of one side ends the connection, as when a splice meets
-    // it: the other side is reset too, and whatever was still in the pipes is dropped.
+    if (!agent_side && c->state == State::relaying && !c->tls_watch) {
+      // The upstream's reset while the pipe towards the agent waits on the agent: what the
+      // upstream sent before it (the pipe, its socket's receive queue: Linux keeps them
+      // readable, ending in EOF now that SO_ERROR was read) still reaches the agent, which is
+      // reset after the last byte (pump, reset_after_drain). The upstream leaves the set
+      // until the pipe has room for the rest.
+      upstream_failed(c, err);
+      unwatch(fd);
+      current = UINT32_MAX;
+      pump(c, 0);
+      return;
+    }
+    // The agent's reset (or a failure before the relay) ends the connection, as when a
+    // splice meets it: the upstream is reset too, and whatever was still in the pipes is dropped.
     close_conn(c, "reset", true);
     return;
   }

@@ -79,6 +79,9 @@ struct EgressService::Impl {
     size_t in_pipe = 0;
     bool eof = false;   // `from` has no more data
     bool shut = false;  // `to`'s write side was shut down after the last byte
+    // `from` failed (errno, a reset): what it sent before is still delivered, then `to` is
+    // reset instead of shut down.
+    int from_error = 0;
   };
   enum class State { head, resolving, connecting, relaying };
   struct Conn {
@@ -129,6 +132,10 @@ struct EgressService::Impl {
     std::string entry_key;
     uint32_t ev_agent = 0, ev_up = 0;
     bool agent_hup = false, up_hup = false;  // EPOLLHUP seen: no longer kept in the set idle
+    // The upstream failed (errno, a reset) while relaying: nothing more goes to it, and what it
+    // sent before (the pipe, its receive queue) still reaches the agent, which is reset once
+    // its socket has sent all of it (reset_after_drain).
+    int up_error = 0;
     Watch w_agent{Kind::conn_agent, nullptr}, w_up{Kind::conn_upstream, nullptr};
   };
   struct DnsTcp {
@@ -340,6 +347,11 @@ struct EgressService::Impl {
   void rewatch_or_remove(int fd, uint32_t events, Watch* w, uint32_t* current, bool keep, bool hup);
   void conn_event(Conn* c, bool agent_side, uint32_t ev);
   void hung_up(Conn* c, bool agent_side, uint32_t ev);
+  // The upstream failed: the direction towards it ends, the other drains (Conn::up_error).
+  void upstream_failed(Conn* c, int err);
+  // up_error's connection has delivered everything towards the agent: reset once the agent's
+  // socket has nothing left to send (SIOCOUTQ 0; a reset drops what it still holds). true: closed.
+  bool reset_after_drain(Conn* c);
 
   // egress_intercept.cc: intercepted connections (C11)
   Status setup_exchanges();

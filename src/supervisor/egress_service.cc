@@ -400,6 +400,15 @@ void EgressService::Impl::expire() {
     accept_paused = false;
     set_listeners(EPOLLIN);
   }
+  // Upstream resets whose bytes have all gone into the agent's socket: reset the agent once
+  // that socket has sent them all (no event says so: the agent's side wants none meanwhile).
+  std::vector<Conn*> drained;
+  for (auto& [id, c] : conns) {
+    if (c->state == State::relaying && c->up_error != 0 && c->down.eof && c->down.in_pipe == 0) {
+      drained.push_back(c.get());
+    }
+  }
+  for (Conn* c : drained) (void)reset_after_drain(c);
   std::vector<Conn*> late;
   for (auto& [id, c] : conns) {
     if (c->state == State::relaying) {

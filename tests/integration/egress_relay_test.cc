@@ -2,10 +2,14 @@
 // relayed connection leaves behind must never reach the next one. The gateway reuses the
 // splice pipes of finished connections; a connection that ends (a reset) with bytes still in
 // its pipe must not hand them to the next connection, which may go to another destination.
-// The real soyaos binary, the probe pack and a scripted server on the host's loopback.
+// And how a relayed connection ends in a reset: an upstream's bytes sent before its reset all
+// reach the agent first (EgressUpstreamReset). The real soyaos binary, the probe pack and a
+// scripted server on the host's loopback.
 // ctest runs every test twice: as root and (prefix `rootless.`) as nobody.
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -20,13 +24,16 @@ namespace {
 // A loopback TCP server whose i-th accepted connection plays roles[i]:
 //   flood: sends 'X' until the connection fails, reads nothing;
 //   hold:  reads nothing, sends nothing, until the peer goes away;
-//   echo:  sends back what it reads until EOF, and records it.
+//   echo:  sends back what it reads until EOF, and records it;
+//   burst_reset: sends `burst` bytes, waits until the peer's kernel acknowledged every one
+//          (SIOCOUTQ 0: the gateway holds them all), then resets (SO_LINGER 0) and records
+//          "sent=N unacked=M" (M: SIOCOUTQ when it gave up waiting, 0 normally).
 // (Connections past the script echo.)
 class ScriptedServer {
  public:
-  enum class Role { flood, hold, echo };
+  enum class Role { flood, hold, echo, burst_reset };
 
-  explicit ScriptedServer(std::vector<Role> roles) : roles_(std::move(roles)) {
+  explicit ScriptedServer(std::vector<Role> roles, size_t burst = 0) : roles_(std::move(roles)), burst_(burst) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -50,7 +57,8 @@ class ScriptedServer {
   ScriptedServer& operator=(const ScriptedServer&) = delete;
 
   [[nodiscard]] uint16_t port() const { return port_; }
-  // What each echo connection received, in accept order ("" for the other roles).
+  // What each echo connection received, in accept order ("" for the other roles; a
+  // burst_reset connection's record).
   [[nodiscard]] std::vector<std::string> received() const {
     std::lock_guard lock(mu_);
     return received_;
@@ -83,7 +91,8 @@ class ScriptedServer {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     std::string got;
     char buf[65536];
-    while (!stop_ && std::chrono::steady_clock::now() < deadline) {
+    if (role == Role::burst_reset) got = burst_then_reset(c, deadline);
+    while (role != Role::burst_reset && !stop_ && std::chrono::steady_clock::now() < deadline) {
       if (role == Role::flood) {
         std::memset(buf, 'X', sizeof buf);
         const ssize_t n = ::send(c, buf, sizeof buf, MSG_NOSIGNAL);
@@ -110,7 +119,27 @@ class ScriptedServer {
     ::close(c);
   }
 
+  std::string burst_then_reset(int c, std::chrono::steady_clock::time_point deadline) const {
+    const std::string data(burst_, 'X');
+    size_t sent = 0;
+    while (sent < data.size() && !stop_ && std::chrono::steady_clock::now() < deadline) {
+      const ssize_t n = ::send(c, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) sent += static_cast<size_t>(n);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) break;
+    }
+    int unacked = -1;
+    while (!stop_ && std::chrono::steady_clock::now() < deadline) {
+      if (::ioctl(c, SIOCOUTQ, &unacked) != 0 || unacked == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ACKs' window updates settle
+    const linger reset{1, 0};
+    (void)::setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);  // close() resets
+    return "sent=" + std::to_string(sent) + " unacked=" + std::to_string(unacked);
+  }
+
   std::vector<Role> roles_;
+  size_t burst_ = 0;
   int fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -133,8 +162,11 @@ TEST_F(EgressTest, AConnectionsLeftoverBytesNeverReachTheNextConnection) {
   set_moon({{"relay.test", "127.0.0.1"}});
   set_egress({{"relay.test", server.port(), "tcp"}});
   const std::string p = std::to_string(server.port());
+  const auto start = std::chrono::steady_clock::now();
   auto run = probe({"netsteps", "abandon relay.test " + p + " read", "abandon relay.test " + p + " write",
                     "tcp_echo relay.test " + p + " ping", "tcp_echo relay.test " + p + " pong"});
+  // The resets behind full pipes were seen at once: not at the 300 s idle timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   ASSERT_EQ(run.results.size(), 4u) << run.context();
   EXPECT_EQ(run.results[0], "ok 1") << run.context();
   EXPECT_EQ(run.results[1].rfind("ok ", 0), 0u) << run.context();
@@ -194,6 +226,59 @@ TEST_F(EgressTest, EachConnectionsEgressOpenedComesOnceBeforeItsEgressClosed) {
     EXPECT_LT(opened_at[id], i) << "connection " << id;
   }
 }
+
+// A server sends `bytes`, sees every one acknowledged (the gateway holds them: its pipe, its
+// socket's receive queue), then resets. Three connections: the agent reads at once; it waits
+// 2 s with the pipe towards it full before its first read; it reads slowly (5 ms between
+// reads, so that the reset of a larger burst finds the pipe full too). Each time it receives
+// every byte, then ECONNRESET, as over a direct connection (Linux keeps a reset socket's
+// received bytes readable). Before, an upstream's reset behind a full pipe reset the agent at
+// once: 4,368 of 262,144 bytes. egress_closed counts what was delivered, reason "reset". The
+// gateway waits without spinning (EPOLLHUP is reported forever on a reset socket): the
+// supervisor's CPU time over the whole run stays far below the 2 s the pipe waited.
+class EgressUpstreamReset : public EgressTest {
+ protected:
+  void expect_all_bytes_then_reset(size_t bytes) {
+    ScriptedServer server({Role::burst_reset, Role::burst_reset, Role::burst_reset}, bytes);
+    set_moon({{"relay.test", "127.0.0.1"}});
+    set_egress({{"relay.test", server.port(), "tcp"}});
+    const std::string p = std::to_string(server.port());
+    const auto start = std::chrono::steady_clock::now();
+    auto run = probe({"netsteps", "read_reset relay.test " + p + " 0", "read_reset relay.test " + p + " 2",
+                      "read_reset relay.test " + p + " 0 0.005"});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // idle timeout: 300 s
+    const std::string n = std::to_string(bytes);
+    ASSERT_EQ(run.results.size(), 3u) << run.context();
+    for (const auto& r : run.results) EXPECT_EQ(r, "ok " + n + " reset") << run.context();
+    EXPECT_EQ(run.output.exit_code, 0) << run.context();
+    EXPECT_TRUE(run.violations().empty()) << run.context();
+    // The server's reset came after the gateway had acknowledged every byte: all of them were
+    // the gateway's to deliver.
+    const auto got = server.received();
+    ASSERT_EQ(got.size(), 3u);
+    for (const auto& g : got) EXPECT_EQ(g, "sent=" + n + " unacked=0");
+    auto closed = run.of_type("egress_closed");
+    ASSERT_EQ(closed.size(), 3u) << run.context();
+    for (const auto& c : closed) {
+      EXPECT_EQ(c["data"]["reason"], "reset") << c.dump();
+      EXPECT_EQ(c["data"].value("bytes_in", uint64_t{0}), bytes) << c.dump();
+      EXPECT_EQ(c["data"].value("bytes_out", uint64_t{1}), 0u) << c.dump();
+    }
+    long cpu_ms = -1;
+    for (const auto& e : run.events) {
+      if (e.value("type", "") == "run_finished") cpu_ms = e["data"].value("supervisor_cpu_ms", -1L);
+    }
+    EXPECT_GE(cpu_ms, 0) << run.context();
+    EXPECT_LT(cpu_ms, 1000) << "supervisor CPU over a run with a 2 s wait: " << cpu_ms << " ms";
+    RecordProperty("supervisor_cpu_ms", std::to_string(cpu_ms));
+  }
+};
+
+TEST_F(EgressUpstreamReset, TheAgentGetsAll4KiBThenTheReset) { expect_all_bytes_then_reset(4096); }
+// More than the agent's socket and the pipe take while the agent waits: the reset finds the
+// pipe full and the rest in the gateway's receive queue.
+TEST_F(EgressUpstreamReset, TheAgentGetsAll256KiBThenTheReset) { expect_all_bytes_then_reset(256 * 1024); }
+TEST_F(EgressUpstreamReset, TheAgentGetsAll2MiBThenTheReset) { expect_all_bytes_then_reset(2 * 1024 * 1024); }
 
 }  // namespace
 }  // namespace soyaos::testing::egress
