@@ -10,6 +10,8 @@
 #include <nettle/sha2.h>
 
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,12 +52,21 @@ namespace {
 // files touched one page per file instead of zeroing (and faulting in) 64 KiB for each, and
 // std::ifstream's locale set-up per file (issue #16: a cache hit digests the pack).
 // The entry was a regular file when the pack was scanned; one swapped since for a symlink (to
-// anything outside the pack) or a FIFO (which would block the run forever) is refused, not
-// followed or waited on.
-Result<std::string> file_digest(const std::filesystem::path& p) {
-  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+// anything outside the pack), or whose directory was swapped for one, or a FIFO (which would
+// block the run forever) is refused, not followed or waited on: the path is resolved beneath
+// the pack's root with no symbolic link in any component (openat2 RESOLVE_NO_SYMLINKS, Linux
+// >= 5.6; the scan never descends through a link, so no entry's path holds one).
+Result<std::string> file_digest(int root_fd, const std::filesystem::path& root, const std::string& rel) {
+  const std::filesystem::path p = root / rel;
+  struct open_how how {};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  // SAFETY: openat2(2) has no glibc wrapper in Debian 12; `how` is a complete struct.
+  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how)));
   if (!fd) {
-    if (errno == ELOOP) return make_error("read " + p.string() + ": became a symbolic link after the pack was scanned", ELOOP);
+    if (errno == ELOOP || errno == EXDEV) {
+      return make_error("read " + p.string() + ": it or a directory above it became a symbolic link after the pack was scanned", ELOOP);
+    }
     return make_error("read " + p.string(), errno);
   }
   struct stat st {};
@@ -93,6 +104,8 @@ Result<std::string> tree_digest(const std::filesystem::path& root) {
 }
 
 Result<std::string> tree_digest(const std::filesystem::path& root, const PackTree& tree) {
+  UniqueFd root_fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd) return make_error("open " + root.string(), errno);
   Sha256 digest;
   for (const auto& e : tree.entries) {
     std::string line = e.rel + '\0';
@@ -104,7 +117,7 @@ Result<std::string> tree_digest(const std::filesystem::path& root, const PackTre
         line += "dir";
         break;
       case PackEntry::Type::file: {
-        auto d = file_digest(root / e.rel);
+        auto d = file_digest(root_fd.get(), root, e.rel);
         if (!d) return d.error();
         line += std::string(e.exec ? "exec" : "file") + '\0' + *d;
         break;

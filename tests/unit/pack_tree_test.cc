@@ -112,6 +112,43 @@ TEST(PackTree, AFileSwappedAfterTheScanIsRefusedByTheDigest) {
   EXPECT_NE(link.error().describe().find("became a symbolic link"), std::string::npos) << link.error().describe();
 }
 
+// The same for a file's directory: swapped after the scan for a link to a host directory that
+// holds a file of the same name, it is refused (ELOOP), not followed (O_NOFOLLOW alone covers
+// only the last component). A link as the pack's own root is the operator's choice: followed.
+TEST(PackTree, AFilesDirectorySwappedForALinkAfterTheScanIsRefusedByTheDigest) {
+  TmpDir t;
+  const fs::path p = t.path() / "p";
+  make_pack(p, "demo", "1.0.0");
+  fs::create_directories(p / "sub" / "deeper");
+  write_file(p / "sub" / "deeper" / "data.txt", "x\n");
+  fs::create_directories(t.path() / "host" / "deeper");
+  write_file(t.path() / "host" / "deeper" / "data.txt", "host secret\n");
+  auto tree = scan_pack(p);
+  ASSERT_TRUE(tree) << tree.error().describe();
+  auto before = tree_digest(p, *tree);
+  ASSERT_TRUE(before) << before.error().describe();
+  fs::create_directory_symlink(p, t.path() / "via-link");
+  auto via_link = tree_digest(t.path() / "via-link", *tree);
+  ASSERT_TRUE(via_link) << via_link.error().describe();
+  EXPECT_EQ(*via_link, *before);
+
+  for (const fs::path& swapped : {p / "sub", p / "sub" / "deeper"}) {
+    SCOPED_TRACE(swapped.string());
+    fs::rename(swapped, t.path() / "moved");
+    const fs::path target = swapped == p / "sub" ? t.path() / "host" : t.path() / "host" / "deeper";
+    fs::create_directory_symlink(target, swapped);
+    auto d = tree_digest(p, *tree);
+    ASSERT_FALSE(d) << "followed the link to " << target;
+    EXPECT_EQ(d.error().err, ELOOP) << d.error().describe();
+    EXPECT_NE(d.error().describe().find("became a symbolic link"), std::string::npos) << d.error().describe();
+    fs::remove(swapped);
+    fs::rename(t.path() / "moved", swapped);
+  }
+  auto after = tree_digest(p, *tree);
+  ASSERT_TRUE(after) << after.error().describe();
+  EXPECT_EQ(*after, *before);
+}
+
 TEST(PackTree, AnInvalidSoyaignoreIsAnErrorNamingTheLine) {
   TmpDir t;
   const fs::path p = t.path() / "p";
