@@ -357,10 +357,27 @@ Status receive_ready(int sock, LaunchedComet& comet) {
   return {};
 }
 
+// The supervisor names the Comet's processes by pid under /proc (its id maps, the mount
+// sources through /proc/PID/root, the notifier's reads of /proc/PID/mem): those pids are the
+// ones this process sees, so /proc must be a procfs of its own pid namespace. In a pid
+// namespace with the host's /proc (`unshare --pid --fork` without --mount-proc) they would
+// name other processes; refused, and the fix named.
+Status proc_shows_this_pid_namespace() {
+  char buf[32] = {};
+  const ssize_t n = ::readlink("/proc/self", buf, sizeof buf - 1);
+  const std::string own = std::to_string(::getpid());
+  if (n > 0 && std::string(buf, static_cast<size_t>(n)) == own) return {};
+  const std::string seen = n > 0 ? "pid " + std::string(buf, static_cast<size_t>(n)) : "no pid";
+  return make_error("/proc is not of this process's pid namespace (it shows " + seen + " for pid " + own +
+                        "): mount a procfs of that namespace (unshare --mount-proc) before soyaos run",
+                    n > 0 ? 0 : errno);
+}
+
 }  // namespace
 
 Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompProgram& program,
                                    const NetworkPlan& network, const CgroupPlan& cgroups, LaunchThread& launcher) {
+  if (auto s = proc_shows_this_pid_namespace(); !s) return s.error();
   if (network.allow_udp.size() > kMaxUdpRelays) {
     return make_error("network: more than " + std::to_string(kMaxUdpRelays) + " udp egress entries", E2BIG);
   }

@@ -52,6 +52,25 @@ TEST_F(CometCgroupTest, ARunWhoseSupervisorIsPid1Ends) {
   EXPECT_TRUE(fs::exists(dir_.path() / "out" / "ran")) << out;
 }
 
+// The same in a pid namespace whose /proc is still the host's: every /proc/PID the
+// supervisor would use names another process, so the run refuses (125) and says why.
+TEST_F(CometCgroupTest, ARunWhoseProcIsNotItsPidNamespacesRefusesAndSaysWhy) {
+  if (::geteuid() != 0 || rootless_mode()) GTEST_SKIP() << "needs root for a PID namespace of its own";
+  std::string cmd = "timeout -s KILL 60 unshare --pid --fork " + soyaos_binary() + " run " + pack_.string() +
+                    " --no-cache --out " + (dir_.path() / "out").string() +
+                    " -- write /workdir/out/ran 2>&1; echo \"exit=$?\"";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ::pclose(p);
+  EXPECT_NE(out.find("exit=125"), std::string::npos) << out;
+  EXPECT_NE(out.find("/proc is not of this process's pid namespace"), std::string::npos) << out;
+  EXPECT_NE(out.find("unshare --mount-proc"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir_.path() / "out" / "ran")) << out;
+}
+
 // The agent's /proc/self/cgroup: a cgroup namespace rooted at its own cgroup, so every
 // hierarchy reads "/" and nothing of the host's tree shows.
 TEST_F(CometCgroupTest, TheAgentSeesOnlyTheRootOfItsCgroupNamespace) {
