@@ -85,14 +85,24 @@ void leave_run_ids() {
   (void)::syscall(SYS_setresgid, -1, 0, -1);
 }
 
-Status allow_clone_into_run_cgroup() {
+Status enter_run_ids_for_clone(uid_t uid, gid_t gid, bool into_cgroup) {
+  if (auto s = enter_run_ids(uid, gid); !s) return make_error("user namespace: " + s.error().message, s.error().err);
+  if (!into_cgroup) return {};
   struct __user_cap_header_struct header {};
   header.version = _LINUX_CAPABILITY_VERSION_3;
   struct __user_cap_data_struct data[2] {};
   // SAFETY: capget/capset(2) on this thread (pid 0): glibc has no wrapper without libcap.
-  if (::syscall(SYS_capget, &header, data) != 0) return errno_error("capget");
+  if (::syscall(SYS_capget, &header, data) != 0) {
+    const int err = errno;
+    leave_run_ids();
+    return make_error("cgroup: capget", err);
+  }
   data[CAP_TO_INDEX(CAP_DAC_OVERRIDE)].effective |= CAP_TO_MASK(CAP_DAC_OVERRIDE);
-  if (::syscall(SYS_capset, &header, data) != 0) return errno_error("capset: raise CAP_DAC_OVERRIDE");
+  if (::syscall(SYS_capset, &header, data) != 0) {
+    const int err = errno;
+    leave_run_ids();
+    return make_error("cgroup: capset: raise CAP_DAC_OVERRIDE for clone3 into the run's cgroup", err);
+  }
   return {};
 }
 

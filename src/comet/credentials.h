@@ -40,14 +40,15 @@ Status write_id_maps(pid_t child, const policy::Policy& policy, uid_t host_uid, 
 Status enter_run_ids(uid_t uid, gid_t gid);
 void leave_run_ids();
 
-// Root only, after enter_run_ids and just before a clone3 with CLONE_INTO_CGROUP and
-// CLONE_NEWUSER: the kernel checks the caller's own write access to the destination's
-// cgroup.procs and to that of the closest cgroup holding both it and the caller (root's
-// files), and the run's euid has no effective capability left. Raises CAP_DAC_OVERRIDE,
-// still in the permitted set while the real and saved uids are 0, in this thread's
-// effective set; leave_run_ids (euid 0 again) makes effective = permitted as before. The
-// child never holds it on the host: CLONE_NEWUSER gives it a set bound to its new namespace.
-Status allow_clone_into_run_cgroup();
+// Root only, just before the Comet's clone3: enter_run_ids, and with `into_cgroup` (clone3's
+// CLONE_INTO_CGROUP, cgroup v2) also CAP_DAC_OVERRIDE in this thread's effective set: the
+// kernel checks the caller's own write access to the destination's cgroup.procs and to that
+// of the closest cgroup holding both it and the caller (root's files), and the run's euid has
+// no effective capability left. The capability is still in the permitted set while the real
+// and saved uids are 0; leave_run_ids (euid 0 again) makes effective = permitted as before.
+// The child never holds it on the host: CLONE_NEWUSER gives it a set bound to its new
+// namespace. On failure nothing is left changed (but dumpable, the caller's to restore).
+Status enter_run_ids_for_clone(uid_t uid, gid_t gid, bool into_cgroup);
 
 // Child side, in its new user namespace while it still holds CAP_SYS_RESOURCE there: the
 // per-namespace limits of /proc/sys/user (inotify instances 16 and watches 8192, fanotify

@@ -415,32 +415,24 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
   const int dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
   long pid = 0;
   int clone_errno = 0;
-  // Runs on the launcher thread (launch_thread.h), in the run's cgroup.
+  // Runs on the cloning thread: the launcher thread in the run's v1 cgroups, or, without a v1
+  // directory (v2, rootless), the caller's (LaunchThread::clone).
   const std::function<Status()> clone_job = [&]() -> Status {
+    // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper, so no
+    // atfork handler runs. The other threads are held off by the clone gate (the caller
+    // waits in LaunchThread::clone), so the child's copy of memory is consistent. Taken
+    // before the run's ids: nothing that can throw stands between them and the way back.
+    std::unique_lock gate(clone_gate());
     if (as_root) {
-      if (auto s = enter_run_ids(host_uid, host_gid); !s) {
+      if (auto s = enter_run_ids_for_clone(host_uid, host_gid, (args.flags & CLONE_INTO_CGROUP) != 0); !s) {
         // A failed setresgid/setresuid may still have changed an id: dumpable back anyway.
         if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
-        return make_error("user namespace: " + s.error().message, s.error().err);
-      }
-      // v2: the run's ids may not write root's cgroup.procs, which clone3 checks.
-      if ((args.flags & CLONE_INTO_CGROUP) != 0) {
-        if (auto s = allow_clone_into_run_cgroup(); !s) {
-          leave_run_ids();
-          if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
-          return make_error("cgroup: " + s.error().message, s.error().err);
-        }
+        return s.error();
       }
     }
-    {
-      // SAFETY: clone3(2) without a stack behaves like fork(); glibc has no wrapper, so no
-      // atfork handler runs. The other threads are held off by the clone gate (the caller
-      // waits in LaunchThread::clone), so the child's copy of memory is consistent.
-      std::unique_lock gate(clone_gate());
-      pid = ::syscall(SYS_clone3, &args, sizeof args);
-      clone_errno = errno;
-      if (pid == 0) gate.release();  // the child's copy: never unlocked there, never used again
-    }
+    pid = ::syscall(SYS_clone3, &args, sizeof args);
+    clone_errno = errno;
+    if (pid == 0) gate.release();  // the child's copy: never unlocked there, never used again
     if (pid == 0) {
       parent_sock.reset();
       child_main(policy, program, network, cgroups.pids.version != CgroupVersion::none, child_sock.get(),
@@ -450,6 +442,7 @@ Result<LaunchedComet> launch_comet(const policy::Policy& policy, const SeccompPr
       leave_run_ids();
       if (dumpable >= 0) (void)::prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
     }
+    gate.unlock();
     if (pid < 0) {
       const int err = clone_errno;
       if ((args.flags & CLONE_INTO_CGROUP) != 0 && err != ENOSPC && err != EPERM) {

@@ -411,8 +411,15 @@ bool EgressService::Impl::reset_after_drain(Conn* c) {
   // dropped by the reset: wait for them. The agent's socket wants no events meanwhile (every
   // byte towards it is in it); expire() asks again at each tick, and the idle timeout bounds
   // an agent that never reads.
+  // An agent that reset (or closed) its end meanwhile keeps its unacknowledged count forever,
+  // and its socket may be out of the epoll set (hung up earlier): its state, not the count,
+  // then says there is nothing left to wait for.
+  struct tcp_info info {};
+  socklen_t len = sizeof info;
+  const bool agent_gone = ::getsockopt(c->agent.get(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+                          info.tcpi_state == TCP_CLOSE;
   int unsent = 0;
-  if (::ioctl(c->agent.get(), SIOCOUTQ, &unsent) == 0 && unsent > 0) return false;
+  if (!agent_gone && ::ioctl(c->agent.get(), SIOCOUTQ, &unsent) == 0 && unsent > 0) return false;
   close_conn(c, "reset", true);
   return true;
 }

@@ -335,7 +335,7 @@ TEST_F(CloneIntoCgroupV2, ASlowRunsEmptyCgroupIsSweptOnlyOnceTheRunIsGone) {
 // As root the Comet is cloned with the run's ids as the thread's effective ids (so that its
 // user namespace is theirs), and on cgroup v2 into a root-owned run cgroup: the kernel checks
 // the caller's write access to cgroup.procs, which the run's euid lacks (EACCES, every root
-// run on a v2 host refused before allow_clone_into_run_cgroup). With it the clone lands, the
+// run on a v2 host refused before enter_run_ids_for_clone raised CAP_DAC_OVERRIDE). With it the clone lands, the
 // child holds nothing of it on the host (a root-only file and root's cgroup.procs refuse it),
 // and leaving the run's ids gives the thread back exactly what it had.
 TEST_F(CloneIntoCgroupV2, AsRootTheRunsIdsCloneIntoARootOwnedRunCgroup) {
@@ -364,7 +364,7 @@ TEST_F(CloneIntoCgroupV2, AsRootTheRunsIdsCloneIntoARootOwnedRunCgroup) {
     header.version = _LINUX_CAPABILITY_VERSION_3;
     struct __user_cap_data_struct before[2] {}, after[2] {};
     (void)::syscall(SYS_capget, &header, before);
-    if (!enter_run_ids(run_host_uid(), run_host_gid())) return;
+    if (!enter_run_ids_for_clone(run_host_uid(), run_host_gid(), false)) return;
     struct clone_args args {};
     args.flags = CLONE_NEWUSER | CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(cg);
@@ -372,7 +372,8 @@ TEST_F(CloneIntoCgroupV2, AsRootTheRunsIdsCloneIntoARootOwnedRunCgroup) {
     without = ::syscall(SYS_clone3, &args, sizeof args);
     without_errno = errno;
     if (without == 0) ::_exit(99);  // not expected: the parent reports it
-    raised = static_cast<bool>(allow_clone_into_run_cgroup());
+    leave_run_ids();
+    raised = static_cast<bool>(enter_run_ids_for_clone(run_host_uid(), run_host_gid(), true));
     with = ::syscall(SYS_clone3, &args, sizeof args);
     with_errno = errno;
     if (with == 0) {
