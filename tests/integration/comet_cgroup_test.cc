@@ -39,15 +39,7 @@ class CometCgroupTest : public CometFixture {
 // (review). The child's set*id calls are raw system calls; the run ends, exit 0.
 TEST_F(CometCgroupTest, ARunWhoseSupervisorIsPid1Ends) {
   if (::geteuid() != 0 || rootless_mode()) GTEST_SKIP() << "needs root for a PID namespace of its own";
-  std::string cmd = "timeout -s KILL 60 unshare --pid --fork --mount-proc " + soyaos_binary() + " run " +
-                    pack_.string() + " --no-cache --out " + (dir_.path() / "out").string() +
-                    " -- write /workdir/out/ran 2>&1; echo \"exit=$?\"";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ::pclose(p);
+  const std::string out = run_wrapped("timeout -s KILL 60 unshare --pid --fork --mount-proc");
   EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(dir_.path() / "out" / "ran")) << out;
 }
@@ -56,15 +48,7 @@ TEST_F(CometCgroupTest, ARunWhoseSupervisorIsPid1Ends) {
 // supervisor would use names another process, so the run refuses (125) and says why.
 TEST_F(CometCgroupTest, ARunWhoseProcIsNotItsPidNamespacesRefusesAndSaysWhy) {
   if (::geteuid() != 0 || rootless_mode()) GTEST_SKIP() << "needs root for a PID namespace of its own";
-  std::string cmd = "timeout -s KILL 60 unshare --pid --fork " + soyaos_binary() + " run " + pack_.string() +
-                    " --no-cache --out " + (dir_.path() / "out").string() +
-                    " -- write /workdir/out/ran 2>&1; echo \"exit=$?\"";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ::pclose(p);
+  const std::string out = run_wrapped("timeout -s KILL 60 unshare --pid --fork");
   EXPECT_NE(out.find("exit=125"), std::string::npos) << out;
   EXPECT_NE(out.find("/proc is not of this process's pid namespace"), std::string::npos) << out;
   EXPECT_NE(out.find("unshare --mount-proc"), std::string::npos) << out;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -57,6 +58,20 @@ resources: )" + resources + "\n");
   }
 
   [[nodiscard]] std::filesystem::path events_path() const { return dir_.path() / "events.jsonl"; }
+
+  // `soyaos run` of the probe pack under a shell command `wrap` (unshare …), the probe told to
+  // write /workdir/out/ran: stdout and stderr together, then "exit=STATUS".
+  std::string run_wrapped(const std::string& wrap, bool no_cache = true) {
+    std::string cmd = wrap + " " + soyaos_binary() + " run " + pack_.string() + (no_cache ? " --no-cache" : "") +
+                      " --out " + (dir_.path() / "out").string() + " -- write /workdir/out/ran 2>&1; echo \"exit=$?\"";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return "popen failed";
+    std::string out;
+    char buf[512];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ::pclose(p);
+    return out;
+  }
 
   // `soyaos run` of the probe pack with `action` for the probe; `extra` are run flags
   // ("--no-cache", "--input DIR", ...), before the `--`.

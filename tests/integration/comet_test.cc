@@ -400,15 +400,9 @@ TEST_F(CometTest, MissingUserNamespacesRefuseToStart) {
   // A user namespace whose limit for nested namespaces is 0: the Comet cannot set up its
   // first layer and must refuse (125) naming it, never run the agent without it.
   if (::geteuid() != 0 || rootless_mode()) GTEST_SKIP() << "needs root to set up the restricted namespace";
-  std::string cmd = "unshare -Ur sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec " +
-                    soyaos_binary() + " run " + pack_.string() + " --out " +
-                    (dir_.path() / "out").string() + " -- write /workdir/out/ran' 2>&1; echo \"exit=$?\"";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ::pclose(p);
+  // sh -c SCRIPT soyaos run …: $0 is soyaos, "$@" the rest.
+  const std::string out =
+      run_wrapped("unshare -Ur sh -c 'echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"'", false);
   EXPECT_NE(out.find("exit=125"), std::string::npos) << out;
   EXPECT_NE(out.find("user namespace limit"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out" / "ran"));
