@@ -27,11 +27,13 @@ namespace {
 //   echo:  sends back what it reads until EOF, and records it;
 //   burst_reset: sends `burst` bytes, waits until the peer's kernel acknowledged every one
 //          (SIOCOUTQ 0: the gateway holds them all), then resets (SO_LINGER 0) and records
-//          "sent=N unacked=M" (M: SIOCOUTQ when it gave up waiting, 0 normally).
+//          "sent=N unacked=M" (M: SIOCOUTQ when it gave up waiting, 0 normally);
+//   burst_fin_reset: the same with its FIN after the bytes (shutdown SHUT_WR), acknowledged
+//          before the reset too; records "sent=N unacked=M fin".
 // (Connections past the script echo.)
 class ScriptedServer {
  public:
-  enum class Role { flood, hold, echo, burst_reset };
+  enum class Role { flood, hold, echo, burst_reset, burst_fin_reset };
 
   explicit ScriptedServer(std::vector<Role> roles, size_t burst = 0) : roles_(std::move(roles)), burst_(burst) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -91,8 +93,9 @@ class ScriptedServer {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     std::string got;
     char buf[65536];
-    if (role == Role::burst_reset) got = burst_then_reset(c, deadline);
-    while (role != Role::burst_reset && !stop_ && std::chrono::steady_clock::now() < deadline) {
+    const bool bursts = role == Role::burst_reset || role == Role::burst_fin_reset;
+    if (bursts) got = burst_then_reset(c, deadline, role == Role::burst_fin_reset);
+    while (!bursts && !stop_ && std::chrono::steady_clock::now() < deadline) {
       if (role == Role::flood) {
         std::memset(buf, 'X', sizeof buf);
         const ssize_t n = ::send(c, buf, sizeof buf, MSG_NOSIGNAL);
@@ -119,7 +122,7 @@ class ScriptedServer {
     ::close(c);
   }
 
-  std::string burst_then_reset(int c, std::chrono::steady_clock::time_point deadline) const {
+  std::string burst_then_reset(int c, std::chrono::steady_clock::time_point deadline, bool fin) const {
     const std::string data(burst_, 'X');
     size_t sent = 0;
     while (sent < data.size() && !stop_ && std::chrono::steady_clock::now() < deadline) {
@@ -127,6 +130,7 @@ class ScriptedServer {
       if (n > 0) sent += static_cast<size_t>(n);
       if (n < 0 && errno != EAGAIN && errno != EINTR) break;
     }
+    if (fin) (void)::shutdown(c, SHUT_WR);  // SIOCOUTQ counts the FIN until it is acknowledged
     int unacked = -1;
     while (!stop_ && std::chrono::steady_clock::now() < deadline) {
       if (::ioctl(c, SIOCOUTQ, &unacked) != 0 || unacked == 0) break;
@@ -135,7 +139,7 @@ class ScriptedServer {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ACKs' window updates settle
     const linger reset{1, 0};
     (void)::setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);  // close() resets
-    return "sent=" + std::to_string(sent) + " unacked=" + std::to_string(unacked);
+    return "sent=" + std::to_string(sent) + " unacked=" + std::to_string(unacked) + (fin ? " fin" : "");
   }
 
   std::vector<Role> roles_;
@@ -279,6 +283,50 @@ TEST_F(EgressUpstreamReset, TheAgentGetsAll4KiBThenTheReset) { expect_all_bytes_
 // pipe full and the rest in the gateway's receive queue.
 TEST_F(EgressUpstreamReset, TheAgentGetsAll256KiBThenTheReset) { expect_all_bytes_then_reset(256 * 1024); }
 TEST_F(EgressUpstreamReset, TheAgentGetsAll2MiBThenTheReset) { expect_all_bytes_then_reset(2 * 1024 * 1024); }
+
+// A drained connection whose agent hangs up and then resets (review 2). The server sends 8 KiB,
+// more than the agent's small receive buffer takes, and its FIN: every byte is in the gateway's
+// socket towards the agent, part of it unacknowledged (the agent does not read), and that
+// socket's write side is shut. The server resets; the gateway waits for the agent to take the
+// rest (reset_after_drain). The agent shuts its write side — the gateway's socket has both
+// directions shut (EPOLLHUP) and leaves the epoll set — then closes with the bytes unread (a
+// reset) and stays 3 s. The agent's reset produces no event, and its socket's unacknowledged
+// count stays > 0 forever: the gateway must see from its state (TCP_CLOSE) at the next tick
+// that nothing is left to wait for. Before, the connection waited for the idle timeout (300 s)
+// and ended with the run ("run ended").
+TEST_F(EgressUpstreamReset, ADrainedConnectionWhoseAgentHungUpThenResetIsResetNotLeftToTheIdleTimeout) {
+  constexpr size_t kBurst = 8192;
+  ScriptedServer server({Role::burst_fin_reset}, kBurst);
+  set_moon({{"relay.test", "127.0.0.1"}});
+  set_egress({{"relay.test", server.port(), "tcp"}});
+  const std::string p = std::to_string(server.port());
+  const auto start = std::chrono::steady_clock::now();
+  // 2 s: the server's reset (sent as soon as its FIN is acknowledged) reaches the gateway
+  // before the agent's FIN, which would otherwise end the connection "closed".
+  auto run = probe({"netsteps", "hangup_then_reset relay.test " + p + " 2"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));  // idle timeout: 300 s
+  ASSERT_EQ(run.results.size(), 1u) << run.context();
+  // The agent held part of the server's bytes (the gateway's socket the rest, unacknowledged)
+  // and its FIN reached the gateway.
+  const std::string& r = run.results[0];
+  const std::string prefix = "ok held=", suffix = " fin=acked";
+  ASSERT_TRUE(r.size() > prefix.size() + suffix.size() && r.starts_with(prefix) && r.ends_with(suffix))
+      << run.context();
+  const size_t held = std::stoul(r.substr(prefix.size(), r.size() - prefix.size() - suffix.size()));
+  EXPECT_GT(held, 0u) << run.context();
+  EXPECT_LT(held, kBurst) << run.context();
+  RecordProperty("agent_held_bytes", std::to_string(held));
+  const auto got = server.received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], "sent=" + std::to_string(kBurst) + " unacked=0 fin");
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(closed.size(), 1u) << run.context();
+  EXPECT_EQ(closed[0]["data"]["reason"], "reset") << closed[0].dump();
+  EXPECT_EQ(closed[0]["data"].value("bytes_in", uint64_t{0}), kBurst) << closed[0].dump();
+  EXPECT_EQ(closed[0]["data"].value("bytes_out", uint64_t{1}), 0u) << closed[0].dump();
+}
 
 }  // namespace
 }  // namespace soyaos::testing::egress
