@@ -29,11 +29,13 @@ namespace {
 //          (SIOCOUTQ 0: the gateway holds them all), then resets (SO_LINGER 0) and records
 //          "sent=N unacked=M" (M: SIOCOUTQ when it gave up waiting, 0 normally);
 //   burst_fin_reset: the same with its FIN after the bytes (shutdown SHUT_WR), acknowledged
-//          before the reset too; records "sent=N unacked=M fin".
+//          before the reset too; records "sent=N unacked=M fin";
+//   burst_fin_stall_reset: the same, its reset once what it receives (and never reads) has
+//          not grown for 3 s (the peer filled the path and stopped).
 // (Connections past the script echo.)
 class ScriptedServer {
  public:
-  enum class Role { flood, hold, echo, burst_reset, burst_fin_reset };
+  enum class Role { flood, hold, echo, burst_reset, burst_fin_reset, burst_fin_stall_reset };
 
   explicit ScriptedServer(std::vector<Role> roles, size_t burst = 0) : roles_(std::move(roles)), burst_(burst) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -93,8 +95,9 @@ class ScriptedServer {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     std::string got;
     char buf[65536];
-    const bool bursts = role == Role::burst_reset || role == Role::burst_fin_reset;
-    if (bursts) got = burst_then_reset(c, deadline, role == Role::burst_fin_reset);
+    const bool bursts =
+        role == Role::burst_reset || role == Role::burst_fin_reset || role == Role::burst_fin_stall_reset;
+    if (bursts) got = burst_then_reset(c, deadline, role != Role::burst_reset, role == Role::burst_fin_stall_reset);
     while (!bursts && !stop_ && std::chrono::steady_clock::now() < deadline) {
       if (role == Role::flood) {
         std::memset(buf, 'X', sizeof buf);
@@ -122,7 +125,7 @@ class ScriptedServer {
     ::close(c);
   }
 
-  std::string burst_then_reset(int c, std::chrono::steady_clock::time_point deadline, bool fin) const {
+  std::string burst_then_reset(int c, std::chrono::steady_clock::time_point deadline, bool fin, bool stall) const {
     const std::string data(burst_, 'X');
     size_t sent = 0;
     while (sent < data.size() && !stop_ && std::chrono::steady_clock::now() < deadline) {
@@ -137,6 +140,19 @@ class ScriptedServer {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ACKs' window updates settle
+    int queued = 0;
+    auto since = std::chrono::steady_clock::now();
+    while (stall && !stop_ && std::chrono::steady_clock::now() < deadline) {
+      int now = 0;
+      if (::ioctl(c, SIOCINQ, &now) != 0) break;
+      if (now != queued) {
+        queued = now;
+        since = std::chrono::steady_clock::now();
+      } else if (queued > 0 && std::chrono::steady_clock::now() - since >= std::chrono::seconds(3)) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     const linger reset{1, 0};
     (void)::setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);  // close() resets
     return "sent=" + std::to_string(sent) + " unacked=" + std::to_string(unacked) + (fin ? " fin" : "");
@@ -326,6 +342,43 @@ TEST_F(EgressUpstreamReset, ADrainedConnectionWhoseAgentHungUpThenResetIsResetNo
   EXPECT_EQ(closed[0]["data"]["reason"], "reset") << closed[0].dump();
   EXPECT_EQ(closed[0]["data"].value("bytes_in", uint64_t{0}), kBurst) << closed[0].dump();
   EXPECT_EQ(closed[0]["data"].value("bytes_out", uint64_t{1}), 0u) << closed[0].dump();
+}
+
+
+// The same in the review's order: the agent hangs up before the upstream resets. The agent
+// fills the path towards the server (which reads nothing) until the gateway's socket stops
+// taking more, then shuts its write side: its FIN reaches the gateway (both directions of the
+// gateway's socket towards it shut: EPOLLHUP, out of the epoll set), which cannot end the
+// connection "closed" (the agent's bytes still wait for the server). The server resets once
+// nothing more reaches it; then the agent resets, with the server's bytes unread. Before,
+// "run ended" (measured with 84f28be's egress_conn.cc).
+TEST_F(EgressUpstreamReset, ADrainedConnectionWhoseAgentHungUpBeforeTheUpstreamResetIsResetWhenTheAgentResets) {
+  constexpr size_t kBurst = 8192;
+  ScriptedServer server({Role::burst_fin_stall_reset}, kBurst);
+  set_moon({{"relay.test", "127.0.0.1"}});
+  set_egress({{"relay.test", server.port(), "tcp"}});
+  const std::string p = std::to_string(server.port());
+  const auto start = std::chrono::steady_clock::now();
+  auto run = probe({"netsteps", "fill_then_hangup relay.test " + p});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));  // idle timeout: 300 s
+  ASSERT_EQ(run.results.size(), 1u) << run.context();
+  const std::string& r = run.results[0];
+  const std::string prefix = "ok wrote=", suffix = " fin=acked";
+  ASSERT_TRUE(r.size() > prefix.size() + suffix.size() && r.starts_with(prefix) && r.ends_with(suffix))
+      << run.context();
+  const uint64_t wrote = std::stoull(r.substr(prefix.size(), r.size() - prefix.size() - suffix.size()));
+  RecordProperty("agent_wrote_bytes", std::to_string(wrote));
+  const auto got = server.received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], "sent=" + std::to_string(kBurst) + " unacked=0 fin");
+  EXPECT_EQ(run.output.exit_code, 0) << run.context();
+  EXPECT_TRUE(run.violations().empty()) << run.context();
+  auto closed = run.of_type("egress_closed");
+  ASSERT_EQ(closed.size(), 1u) << run.context();
+  EXPECT_EQ(closed[0]["data"]["reason"], "reset") << closed[0].dump();
+  EXPECT_EQ(closed[0]["data"].value("bytes_in", uint64_t{0}), kBurst) << closed[0].dump();
+  // Part of what the agent wrote is still on its way (the gateway's pipe and sockets).
+  EXPECT_LT(closed[0]["data"].value("bytes_out", wrote), wrote) << closed[0].dump();
 }
 
 }  // namespace
