@@ -233,6 +233,7 @@ inline bool kernel_has_ia32_entry() {
   static const bool has = [] {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      (void)::signal(SIGSEGV, SIG_DFL);  // the kernel's action, not a sanitizer's handler
       long ret = 0;
       asm volatile("int $0x80" : "=a"(ret) : "a"(20L) : "memory");  // i386 getpid
       ::_exit(ret > 0 ? 0 : 1);
