@@ -117,10 +117,10 @@ Result<UniqueFd> claim_dir(const std::string& dir) {
 // flock fails while the claim is held, and is kept until the rmdir, so no owner can claim what
 // is being removed. flock, not fcntl locks: those belong to the process, and a sweep would not
 // see the claim of another run of its own process (a process that launches several Comets,
-// each from a thread of its own). Refreshing the mtime before clone3 would not do: a sweep during the pre-launch
-// work comes before the refresh, and any age limit is a window that long enough pre-launch
-// work outlasts. The age check stays for the microseconds between an owner's mkdir and its
-// claim, and for the unclaimed directories of an older soyaos on this host.
+// each from a thread of its own). Refreshing the mtime before clone3 would not do: a sweep
+// during the pre-launch work comes before the refresh, and any age limit is a window that long
+// enough pre-launch work outlasts. The age check stays for the microseconds between an owner's
+// mkdir and its claim, and for the unclaimed directories of an older soyaos on this host.
 void sweep_stale(const std::string& parent) {
   DIR* d = ::opendir(parent.c_str());
   if (d == nullptr) return;
