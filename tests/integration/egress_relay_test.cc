@@ -13,8 +13,11 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <charconv>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string_view>
 
 #include "egress_fixture.h"
 
@@ -247,6 +250,19 @@ TEST_F(EgressTest, EachConnectionsEgressOpenedComesOnceBeforeItsEgressClosed) {
   }
 }
 
+// The count in a probe result "<prefix>N<suffix>" (e.g. "ok held=4096 fin=acked"): N in
+// decimal, nothing else between prefix and suffix; nullopt when the result is not of that form.
+std::optional<uint64_t> parse_count(std::string_view result, std::string_view prefix, std::string_view suffix) {
+  if (result.size() <= prefix.size() + suffix.size() || !result.starts_with(prefix) || !result.ends_with(suffix)) {
+    return std::nullopt;
+  }
+  const std::string_view digits = result.substr(prefix.size(), result.size() - prefix.size() - suffix.size());
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
+  return n;
+}
+
 // A server sends `bytes`, sees every one acknowledged (the gateway holds them: its pipe, its
 // socket's receive queue), then resets. Three connections: the agent reads at once; it waits
 // 2 s with the pipe towards it full before its first read; it reads slowly (5 ms between
@@ -258,6 +274,29 @@ TEST_F(EgressTest, EachConnectionsEgressOpenedComesOnceBeforeItsEgressClosed) {
 // supervisor's CPU time over the whole run stays far below the 2 s the pipe waited.
 class EgressUpstreamReset : public EgressTest {
  protected:
+  // The closing checks of a run whose `connections` connections each got `burst` bytes from a
+  // server that reset once the gateway had acknowledged them all (its FIN too when `fin`): the
+  // run exited 0 with no violation, the server recorded nothing left unacknowledged, and each
+  // connection's egress_closed says "reset" with every byte delivered (bytes_in). bytes_out is
+  // the caller's: what the agent sent differs by test. Call it under ASSERT_NO_FATAL_FAILURE.
+  static void expect_all_bytes_in_then_reset(const ProbeRun& run, const ScriptedServer& server, size_t connections,
+                                             size_t burst, bool fin) {
+    EXPECT_EQ(run.output.exit_code, 0) << run.context();
+    EXPECT_TRUE(run.violations().empty()) << run.context();
+    // The server's reset came after the gateway had acknowledged every byte: all of them were
+    // the gateway's to deliver.
+    const auto got = server.received();
+    ASSERT_EQ(got.size(), connections);
+    const std::string record = "sent=" + std::to_string(burst) + " unacked=0" + (fin ? " fin" : "");
+    for (const auto& g : got) EXPECT_EQ(g, record);
+    const auto closed = run.of_type("egress_closed");
+    ASSERT_EQ(closed.size(), connections) << run.context();
+    for (const auto& c : closed) {
+      EXPECT_EQ(c["data"]["reason"], "reset") << c.dump();
+      EXPECT_EQ(c["data"].value("bytes_in", uint64_t{0}), burst) << c.dump();
+    }
+  }
+
   void expect_all_bytes_then_reset(size_t bytes) {
     ScriptedServer server({Role::burst_reset, Role::burst_reset, Role::burst_reset}, bytes);
     set_moon({{"relay.test", "127.0.0.1"}});
@@ -270,18 +309,8 @@ class EgressUpstreamReset : public EgressTest {
     const std::string n = std::to_string(bytes);
     ASSERT_EQ(run.results.size(), 3u) << run.context();
     for (const auto& r : run.results) EXPECT_EQ(r, "ok " + n + " reset") << run.context();
-    EXPECT_EQ(run.output.exit_code, 0) << run.context();
-    EXPECT_TRUE(run.violations().empty()) << run.context();
-    // The server's reset came after the gateway had acknowledged every byte: all of them were
-    // the gateway's to deliver.
-    const auto got = server.received();
-    ASSERT_EQ(got.size(), 3u);
-    for (const auto& g : got) EXPECT_EQ(g, "sent=" + n + " unacked=0");
-    auto closed = run.of_type("egress_closed");
-    ASSERT_EQ(closed.size(), 3u) << run.context();
-    for (const auto& c : closed) {
-      EXPECT_EQ(c["data"]["reason"], "reset") << c.dump();
-      EXPECT_EQ(c["data"].value("bytes_in", uint64_t{0}), bytes) << c.dump();
+    ASSERT_NO_FATAL_FAILURE(expect_all_bytes_in_then_reset(run, server, 3, bytes, /*fin=*/false));
+    for (const auto& c : run.of_type("egress_closed")) {
       EXPECT_EQ(c["data"].value("bytes_out", uint64_t{1}), 0u) << c.dump();
     }
     long cpu_ms = -1;
@@ -324,26 +353,15 @@ TEST_F(EgressUpstreamReset, ADrainedConnectionWhoseAgentHungUpThenResetIsResetNo
   ASSERT_EQ(run.results.size(), 1u) << run.context();
   // The agent held part of the server's bytes (the gateway's socket the rest, unacknowledged)
   // and its FIN reached the gateway.
-  const std::string& r = run.results[0];
-  const std::string prefix = "ok held=", suffix = " fin=acked";
-  ASSERT_TRUE(r.size() > prefix.size() + suffix.size() && r.starts_with(prefix) && r.ends_with(suffix))
-      << run.context();
-  const size_t held = std::stoul(r.substr(prefix.size(), r.size() - prefix.size() - suffix.size()));
-  EXPECT_GT(held, 0u) << run.context();
-  EXPECT_LT(held, kBurst) << run.context();
-  RecordProperty("agent_held_bytes", std::to_string(held));
-  const auto got = server.received();
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0], "sent=" + std::to_string(kBurst) + " unacked=0 fin");
-  EXPECT_EQ(run.output.exit_code, 0) << run.context();
-  EXPECT_TRUE(run.violations().empty()) << run.context();
-  auto closed = run.of_type("egress_closed");
-  ASSERT_EQ(closed.size(), 1u) << run.context();
-  EXPECT_EQ(closed[0]["data"]["reason"], "reset") << closed[0].dump();
-  EXPECT_EQ(closed[0]["data"].value("bytes_in", uint64_t{0}), kBurst) << closed[0].dump();
+  const auto held = parse_count(run.results[0], "ok held=", " fin=acked");
+  ASSERT_TRUE(held.has_value()) << run.context();
+  EXPECT_GT(*held, 0u) << run.context();
+  EXPECT_LT(*held, kBurst) << run.context();
+  RecordProperty("agent_held_bytes", std::to_string(*held));
+  ASSERT_NO_FATAL_FAILURE(expect_all_bytes_in_then_reset(run, server, 1, kBurst, /*fin=*/true));
+  const auto closed = run.of_type("egress_closed");  // exactly one, checked above
   EXPECT_EQ(closed[0]["data"].value("bytes_out", uint64_t{1}), 0u) << closed[0].dump();
 }
-
 
 // The same in the review's order: the agent hangs up before the upstream resets. The agent
 // fills the path towards the server (which reads nothing) until the gateway's socket stops
@@ -362,23 +380,13 @@ TEST_F(EgressUpstreamReset, ADrainedConnectionWhoseAgentHungUpBeforeTheUpstreamR
   auto run = probe({"netsteps", "fill_then_hangup relay.test " + p});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));  // idle timeout: 300 s
   ASSERT_EQ(run.results.size(), 1u) << run.context();
-  const std::string& r = run.results[0];
-  const std::string prefix = "ok wrote=", suffix = " fin=acked";
-  ASSERT_TRUE(r.size() > prefix.size() + suffix.size() && r.starts_with(prefix) && r.ends_with(suffix))
-      << run.context();
-  const uint64_t wrote = std::stoull(r.substr(prefix.size(), r.size() - prefix.size() - suffix.size()));
-  RecordProperty("agent_wrote_bytes", std::to_string(wrote));
-  const auto got = server.received();
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0], "sent=" + std::to_string(kBurst) + " unacked=0 fin");
-  EXPECT_EQ(run.output.exit_code, 0) << run.context();
-  EXPECT_TRUE(run.violations().empty()) << run.context();
-  auto closed = run.of_type("egress_closed");
-  ASSERT_EQ(closed.size(), 1u) << run.context();
-  EXPECT_EQ(closed[0]["data"]["reason"], "reset") << closed[0].dump();
-  EXPECT_EQ(closed[0]["data"].value("bytes_in", uint64_t{0}), kBurst) << closed[0].dump();
+  const auto wrote = parse_count(run.results[0], "ok wrote=", " fin=acked");
+  ASSERT_TRUE(wrote.has_value()) << run.context();
+  RecordProperty("agent_wrote_bytes", std::to_string(*wrote));
+  ASSERT_NO_FATAL_FAILURE(expect_all_bytes_in_then_reset(run, server, 1, kBurst, /*fin=*/true));
+  const auto closed = run.of_type("egress_closed");  // exactly one, checked above
   // Part of what the agent wrote is still on its way (the gateway's pipe and sockets).
-  EXPECT_LT(closed[0]["data"].value("bytes_out", wrote), wrote) << closed[0].dump();
+  EXPECT_LT(closed[0]["data"].value("bytes_out", *wrote), *wrote) << closed[0].dump();
 }
 
 }  // namespace
