@@ -122,9 +122,10 @@ void prefer_unpaced_loopback_tcp();
 // conntrack), nothing else: no interface up, its rules filter only itself. While it lives,
 // netfilter's global static keys for those hooks stay enabled, so each Comet's netns
 // registers its hooks without patching kernel text on every CPU (at set-up and again at
-// teardown): 0.4–0.6 ms of the child's CPU per run (docs/benchmarks.md). For long-lived
-// processes (`soyaos moon serve`); the namespace lives as long as the returned fd. Runs a
-// short-lived child (fork), so call it while the process has one thread.
+// teardown): 0.4–0.6 ms of the child's CPU per run (docs/benchmarks-issue16-history.md,
+// session 3). For long-lived processes (`soyaos moon serve`); the namespace lives as long
+// as the returned fd. Runs a short-lived child (fork), so call it while the process has one
+// thread.
 Result<UniqueFd> hold_netfilter_hooks();
 
 // ---- Supervisor side ----

@@ -103,9 +103,10 @@ constexpr const char* kKeyFormat = "soyaos-cache-key/v1";
 // processes (open() below), and every process's first connection rebuilds the WAL index
 // from it — reading and checksumming every frame: with SQLite's default (a PASSIVE
 // checkpoint at 1000 frames, the file never shrinking) that was up to 4 MiB and ~2 ms of
-// CPU on every `soyaos run`, hit or not (docs/benchmarks.md). Bounded here to ~256 KiB, at
-// the price of one checkpoint (and its syncs) every ~20 hits. The Store's moon.db does the
-// same (store.cc, checkpoint_when_large).
+// CPU on every `soyaos run`, hit or not (docs/benchmarks-issue16-history.md, "the cache
+// hit, every millisecond named"). Bounded here to ~256 KiB, at the price of one checkpoint
+// (and its syncs) every ~20 hits. The Store's moon.db does the same (store.cc,
+// checkpoint_when_large).
 constexpr int kWalCheckpointFrames = 64;
 
 // SQLite's wal hook after each commit of this connection (it replaces wal_autocheckpoint).

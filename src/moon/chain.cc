@@ -125,7 +125,8 @@ std::string pem_of(const RawKey& raw, bool private_half) {
 // the public one) and the 32 raw key bytes (the private seed, or the public key). Read
 // directly, that is a base64 decode; OpenSSL's PEM reader first enumerates every decoder of
 // every provider, ~2 ms of CPU for each of the two keys that every process that stores
-// events loads (issue #16, docs/benchmarks.md). Anything else goes to OpenSSL's reader.
+// events loads (issue #16: docs/benchmarks-issue16-history.md, "After"). Anything else goes
+// to OpenSSL's reader.
 // The raw key goes to `out` (wiped by the caller): every copy of a seed is one more to wipe.
 bool parse_canonical_ed25519(std::string_view pem, bool private_half, RawKey& out) {
   const std::string_view head = private_half ? "-----BEGIN PRIVATE KEY-----\n" : "-----BEGIN PUBLIC KEY-----\n";

@@ -1,6 +1,7 @@
 // libcurl, loaded with dlopen() the first time a registry is used. Linking it would make
 // every soyaos process (every `run` of a directory too) load its 25 dependencies (gnutls,
-// krb5, ldap, ssh2, nghttp2, …): ~2 ms of CPU per start (docs/benchmarks.md, issue #16).
+// krb5, ldap, ssh2, nghttp2, …): ~2 ms of CPU per start (issue #16:
+// docs/benchmarks-issue16-history.md, "After").
 // Only the headers are used at build time (libcurl4-openssl-dev); at run time the
 // libcurl4 package's libcurl.so.4.
 #pragma once
