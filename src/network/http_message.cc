@@ -248,18 +248,31 @@ BodyFramer::Step BodyFramer::feed(std::span<const uint8_t> in) {
     s.error = "chunked body: " + std::move(why);
     return s;
   };
+  auto data = [&](size_t offset, size_t n) {
+    if (n == 0) return;
+    if (!s.data.empty() && s.data.back().offset + s.data.back().size == offset) {
+      s.data.back().size += n;
+    } else {
+      s.data.push_back({offset, n});
+    }
+  };
   while (i < in.size() && state_ != State::done) {
     switch (state_) {
       case State::length: {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, in.size() - i));
+        data(i, n);
         i += n;
         remaining_ -= n;
         if (remaining_ == 0) state_ = State::done;
         break;
       }
-      case State::until_close: i = in.size(); break;
+      case State::until_close:
+        data(i, in.size() - i);
+        i = in.size();
+        break;
       case State::data: {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, in.size() - i));
+        data(i, n);
         i += n;
         remaining_ -= n;
         if (remaining_ == 0) state_ = State::data_cr;
@@ -302,6 +315,7 @@ BodyFramer::Step BodyFramer::feed(std::span<const uint8_t> in) {
         } else {
           if (line_.size() >= kMaxChunkLine) return fail(trailer ? "trailer line too long" : "chunk-size line too long");
           line_ += static_cast<char>(c);
+          if (trailer) data(i - 1, 1);
         }
         break;
       }

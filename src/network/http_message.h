@@ -83,6 +83,12 @@ BodyFraming response_body(std::string_view request_method, const HttpResponseHea
 // True for `Connection: upgrade` + `Upgrade: websocket` and a 101 status.
 bool response_is_upgrade(const HttpResponseHead& head);
 
+// A run of bytes of a fed buffer that are the message's data (not chunked framing).
+struct DataSpan {
+  size_t offset = 0;
+  size_t size = 0;
+};
+
 // Follows one body as its bytes arrive and says where it ends. The bytes are not changed.
 class BodyFramer {
  public:
@@ -96,6 +102,11 @@ class BodyFramer {
     size_t consumed = 0;  // bytes of `in` that belong to this body (forward them)
     bool done = false;    // the body ended after `consumed` bytes
     std::string error;    // non-empty: invalid framing (forward nothing more)
+    // Which of the consumed bytes are data, in order: the body of a Content-Length or
+    // until-close message, chunk data and trailer field lines; not chunk-size lines, the
+    // CRLFs around them or the CRLF ending a trailer line. A scanner of the content (the
+    // secret echo guard) reads these, so a value split across two chunks is still contiguous.
+    std::vector<DataSpan> data;
   };
   // Takes as much of `in` as belongs to the body. until_close never finishes here: the
   // caller ends it at EOF (eof_ok() says whether an EOF now is a clean end).
