@@ -259,7 +259,7 @@ void EgressService::Impl::exchange_main(ExchangeJob job) {
     pol.idle_timeout_ms = limits.idle_timeout_ms;
     for (const auto& s : icpt->secrets) {
       const bool bound = std::find(s.hosts.begin(), s.hosts.end(), job.host) != s.hosts.end();
-      pol.secrets.push_back({s.placeholder, s.value, bound});
+      pol.secrets.push_back({s.placeholder, s.value, bound, s.name});
     }
     const std::string scheme = job.tls ? "https://" : "http://";
     const std::string authority = job.host + ((job.tls && job.port == 443) || (!job.tls && job.port == 80)
@@ -283,6 +283,9 @@ void EgressService::Impl::exchange_main(ExchangeJob job) {
     };
     hcb.on_refusal = [&](const HttpRefusal& r) {
       violation(r.method + " " + scheme + authority + r.path, "write", "EACCES", r.rule, r.reason);
+    };
+    hcb.on_secret_echo = [&](const HttpRefusal& r) {
+      violation(r.method + " " + scheme + authority + r.path, "read", "EACCES", r.rule, r.reason);
     };
     run_http_exchange(*agent, *upstream, pol, hcb, exchanges.stop.get());
     // Whatever the exchange left open ends now, cleanly (close_notify) when it can.

@@ -10,13 +10,16 @@
 #include <poll.h>
 #include <cerrno>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <deque>
 #include <memory>
 
 #include "network/http_message.h"
+#include "network/http_syntax.h"
 #include "supervisor/http_gate.h"
+#include "supervisor/secret_echo_guard.h"
 
 namespace soyaos::supervisor {
 namespace {
@@ -33,6 +36,32 @@ int64_t now_ms() {
 }
 
 std::span<const uint8_t> as_bytes(std::string_view s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+
+std::vector<SecretEchoGuard::Secret> guard_secrets(const HttpExchangePolicy& policy) {
+  std::vector<SecretEchoGuard::Secret> out;
+  for (const HttpSecretBinding& b : policy.secrets) out.push_back({b.name, b.value});
+  return out;
+}
+
+// The content or transfer coding (other than identity and chunked) a response body carries,
+// or "" when its bytes are the content itself and can be scanned.
+std::string body_coding(const network::HttpResponseHead& head) {
+  using network::http_syntax::iequals;
+  for (const auto& [name, value] : head.fields) {
+    if (!iequals(name, "content-encoding") && !iequals(name, "transfer-encoding")) continue;
+    std::string_view list = value;
+    while (!list.empty()) {
+      const size_t comma = list.find(',');
+      std::string_view item = list.substr(0, comma);
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+      while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+      item = item.substr(0, item.find(';'));
+      if (!item.empty() && !iequals(item, "identity") && !iequals(item, "chunked")) return std::string(item);
+    }
+  }
+  return "";
+}
 
 // One direction's stream and what waits to be written to it.
 struct Side {
@@ -61,7 +90,14 @@ class Exchange {
  public:
   Exchange(ByteStream& agent, ByteStream& upstream, const HttpExchangePolicy& policy, const HttpExchangeCallbacks& cb,
            int stop_fd)
-      : a_{agent}, u_{upstream}, policy_(policy), cb_(cb), stop_fd_(stop_fd) {}
+      : a_{agent},
+        u_{upstream},
+        policy_(policy),
+        cb_(cb),
+        stop_fd_(stop_fd),
+        guard_(guard_secrets(policy)),
+        carries_secret_(std::any_of(policy.secrets.begin(), policy.secrets.end(),
+                                    [](const HttpSecretBinding& b) { return b.bound_to_this_host; })) {}
 
   void run();
 
@@ -80,6 +116,8 @@ class Exchange {
   void begin_close() { closing_ = true; }
   bool wants_read(const Side& side) const;
   void drain_agent();
+  void note_echo(std::string_view secret);
+  void refuse_coded_response(Request& r, const std::string& coding);
 
   Side a_, u_;
   const HttpExchangePolicy& policy_;
@@ -96,6 +134,10 @@ class Exchange {
   bool closing_ = false;  // stop reading; write what is queued, shut down, return
   bool failed_ = false;   // an I/O error or a framing error: return at once
   bool refused_ = false;
+  SecretEchoGuard guard_;        // every response byte to the agent goes through it
+  bool carries_secret_ = false;  // a secret is bound to this host: responses must be identity-coded
+  bool echo_reported_ = false;
+  std::string echo_method_, echo_path_;  // the request whose response is being read
 };
 
 bool Exchange::wants_read(const Side& side) const {
@@ -264,14 +306,47 @@ void Exchange::switch_to_raw() {
   resp_ = RespPhase::raw;
   u_.out += a_.in;
   a_.in.clear();
-  a_.out += u_.in;
+  note_echo(guard_.feed_data(u_.in, a_.out));
   u_.in.clear();
+}
+
+// The guard masked a secret's value on its way to the agent: the agent made the host send
+// it back (a reflected path, header or stored value). Once per connection is enough to end
+// the run in a violation; the masking goes on for every further copy.
+void Exchange::note_echo(std::string_view secret) {
+  if (secret.empty() || echo_reported_) return;
+  echo_reported_ = true;
+  if (cb_.on_secret_echo) {
+    cb_.on_secret_echo(HttpRefusal{echo_method_, echo_path_, "secrets." + std::string(secret),
+                                   "the response carried the value of secret " + std::string(secret) + "; masked"});
+  }
+}
+
+// A coded body (gzip, br, ...) on a connection that carries a secret: the guard cannot read
+// it, so it does not go to the agent. The server's choice (it was asked for identity), not
+// the agent's: an http_request with 502, no violation.
+void Exchange::refuse_coded_response(Request& r, const std::string& coding) {
+  const std::string answer = denied_response(
+      policy_.manifest_entry,
+      "the response is coded (`" + coding + "`): the gateway cannot check it for a secret's value (it asked for identity)",
+      "502 Bad Gateway");
+  a_.out += answer;
+  r.bytes_down += answer.size();
+  r.status = 502;
+  r.answered = true;
+  maybe_emit(r);
+  awaiting_.clear();
+  u_.in.clear();
+  a_.want_shut = true;
+  refused_ = true;
+  req_ = ReqPhase::refused;
+  begin_close();
 }
 
 void Exchange::process_responses() {
   while (!failed_) {
     if (resp_ == RespPhase::raw) {
-      a_.out += u_.in;
+      note_echo(guard_.feed_data(u_.in, a_.out));
       u_.in.clear();
       return;
     }
@@ -284,8 +359,18 @@ void Exchange::process_responses() {
         return;
       }
       Request& r = *awaiting_.front();
+      echo_method_ = r.method;
+      echo_path_ = r.path;
       const size_t size = parse.head.head_size;
-      a_.out.append(u_.in, 0, size);
+      if (carries_secret_ && parse.head.status >= 200 &&
+          network::response_body(r.method, parse.head).kind != network::BodyKind::none) {
+        if (const std::string coding = body_coding(parse.head); !coding.empty()) {
+          refuse_coded_response(r, coding);
+          return;
+        }
+      }
+      note_echo(guard_.feed_data(std::string_view(u_.in).substr(0, size), a_.out));
+      guard_.release(a_.out);  // a head goes out whole: the agent may need it before the body
       u_.in.erase(0, size);
       r.bytes_down += size;
       if (parse.head.status == 101) {
@@ -308,7 +393,8 @@ void Exchange::process_responses() {
     if (!resp_body_.done()) {
       if (u_.in.empty()) return;
       const network::BodyFramer::Step step = resp_body_.feed(as_bytes(u_.in));
-      a_.out.append(u_.in, 0, step.consumed);
+      note_echo(guard_.feed(std::string_view(u_.in).substr(0, step.consumed), step.data, a_.out));
+      if (step.done) guard_.release(a_.out);
       awaiting_.front()->bytes_down += step.consumed;
       u_.in.erase(0, step.consumed);
       if (!step.error.empty()) {
@@ -370,6 +456,7 @@ void Exchange::run() {
           progress = true;
         }
         if (u_.eof && u_.in.empty() && !a_.want_shut) {
+          guard_.release(a_.out);
           a_.want_shut = true;
           progress = true;
         }
@@ -377,6 +464,7 @@ void Exchange::run() {
       } else if (!closing_) {
         if (u_.eof) {
           if (resp_ == RespPhase::body && resp_body_.eof_ok() && u_.in.empty()) complete_response();
+          guard_.release(a_.out);  // a body that ended with the connection: its held tail
           // Whatever is owed to the agent is queued: pass the upstream's end on.
           a_.want_shut = true;
           begin_close();

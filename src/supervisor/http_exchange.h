@@ -21,6 +21,7 @@ struct HttpSecretBinding {
   std::string placeholder;     // what the agent's environment holds ("soyaos-placeholder-<hex>")
   std::string_view value;      // the real value (a SecretBytes view that outlives the exchange)
   bool bound_to_this_host = false;
+  std::string name;            // the secret's name (manifest `secrets.NAME`): events say which one echoed
 };
 
 struct HttpExchangePolicy {
@@ -53,6 +54,9 @@ struct HttpRefusal {
 struct HttpExchangeCallbacks {
   std::function<void(const HttpRequestRecord&)> on_request;  // -> http_request event
   std::function<void(const HttpRefusal&)> on_refusal;        // -> capability_violation (EACCES)
+  // A response carried a secret's value and the agent got it masked (once per connection):
+  // -> capability_violation; `rule` is "secrets.NAME", the value is never in the record.
+  std::function<void(const HttpRefusal&)> on_secret_echo;
 };
 
 // Runs the whole connection, blocking, on the calling thread (poll(2) on both streams' fds and
@@ -60,6 +64,13 @@ struct HttpExchangeCallbacks {
 // policy's host, no proxy-style target or host-naming field, method and normalised path
 // against `rules`, no placeholder of a secret not bound to this host — then forwarded with
 // bound placeholders replaced in the request line and header values (never in bodies).
+// Responses pass through a SecretEchoGuard (secret_echo_guard.h): a run secret's value in a
+// response head or body (or a websocket relay) reaches the agent masked with '*', and the
+// first one is reported (on_secret_echo). On a connection to a host a secret is bound to, the
+// upstream request asks for `Accept-Encoding: identity`, and a response whose body is still
+// content- or transfer-coded (it could not be scanned) is answered `502 Bad Gateway` with
+// `x-soyaos-denied` instead, and the connection closed (an http_request event with 502, no
+// violation: the server chose the coding, the agent did not).
 // Bodies stream through as they arrive (Content-Length, chunked, until close), 1xx responses
 // (100-continue included) pass through, a 101 upgrade turns into a raw relay both ways. A
 // refusal answers `403 Forbidden` with `x-soyaos-denied` and a short JSON body, then closes.

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "network/http_syntax.h"
 #include "policy/http_rules.h"
 
 namespace soyaos::supervisor {
@@ -126,7 +127,11 @@ GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchang
   out += ' ';
   out += line_target;
   out += h.minor_version == 0 ? " HTTP/1.0\r\n" : " HTTP/1.1\r\n";
+  // The response must come back scannable (SecretEchoGuard reads identity bytes only).
+  const bool identity_only = std::any_of(policy.secrets.begin(), policy.secrets.end(),
+                                         [](const HttpSecretBinding& b) { return b.bound_to_this_host; });
   for (const auto& [name, value] : h.fields) {
+    if (identity_only && network::http_syntax::iequals(name, "accept-encoding")) continue;
     std::string v = value;
     if (!swap_placeholders(v, policy.secrets, false, &why)) return refuse(std::move(d), entry, why);
     out += name;
@@ -134,13 +139,14 @@ GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchang
     out += v;
     out += "\r\n";
   }
+  if (identity_only) out += "accept-encoding: identity\r\n";
   out += "\r\n";
   d.upstream_head = std::move(out);
   d.allowed = true;
   return d;
 }
 
-std::string denied_response(const std::string& rule, const std::string& reason) {
+std::string denied_response(const std::string& rule, const std::string& reason, std::string_view status_line) {
   const nlohmann::ordered_json body_json = {{"error", "soyaos_denied"}, {"rule", rule}, {"reason", reason}};
   const std::string body = body_json.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
   // The header carries the rule's key path only: built from the manifest's keys, it has no
@@ -151,7 +157,7 @@ std::string denied_response(const std::string& rule, const std::string& reason) 
     const auto u = static_cast<uint8_t>(c);
     header_rule += (u >= 0x20 && u < 0x7f) ? c : '?';
   }
-  return "HTTP/1.1 403 Forbidden\r\nx-soyaos-denied: " + header_rule +
+  return "HTTP/1.1 " + std::string(status_line) + "\r\nx-soyaos-denied: " + header_rule +
          "\r\ncontent-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
          "\r\nconnection: close\r\n\r\n" + body;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "network/http_head.h"
 #include "network/http_message.h"
@@ -27,14 +28,18 @@ struct GateDecision {
 // upgrade (request_traits); the path normalises; a rule allows method + path; no placeholder
 // of a secret that is not bound to this host anywhere in the head. Then builds the upstream
 // head: the request line with the normalised path (what was matched is what is sent) and the
-// query as sent, each field as `name: value`, with every bound placeholder in the request line
+// query as sent, each field as `name: value` (on a host a secret is bound to, every
+// `Accept-Encoding` is replaced by `accept-encoding: identity`: a compressed response would
+// hide an echoed value from the exchange's SecretEchoGuard), with every bound placeholder in the request line
 // and the field values replaced by its value (a value that such a line cannot carry — CR, LF,
 // NUL, other control bytes, or a space in the request line — refuses the request).
 GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchangePolicy& policy);
 
 // The answer to a refused request: `403 Forbidden` with `x-soyaos-denied: RULE`,
 // `content-type: application/json`, `connection: close` and
-// {"error":"soyaos_denied","rule":...,"reason":...}.
-std::string denied_response(const std::string& rule, const std::string& reason);
+// {"error":"soyaos_denied","rule":...,"reason":...}. `status_line` is "502 Bad Gateway" for a
+// response the gateway cannot check (a coded body on a connection that carries a secret).
+std::string denied_response(const std::string& rule, const std::string& reason,
+                            std::string_view status_line = "403 Forbidden");
 
 }  // namespace soyaos::supervisor

@@ -129,6 +129,10 @@ class Rig {
         const std::lock_guard lock(mu_);
         refusals_.push_back(r);
       };
+      cb.on_secret_echo = [this](const HttpRefusal& r) {
+        const std::lock_guard lock(mu_);
+        echoes_.push_back(r);
+      };
       run_http_exchange(as, us, policy_, cb, stop_.get());
       done_ = true;
     });
@@ -156,6 +160,10 @@ class Rig {
     const std::lock_guard lock(mu_);
     return refusals_;
   }
+  std::vector<HttpRefusal> echoes() {
+    const std::lock_guard lock(mu_);
+    return echoes_;
+  }
   void stop() const {
     const uint64_t one = 1;
     (void)!::write(stop_.get(), &one, sizeof one);
@@ -173,6 +181,7 @@ class Rig {
   std::mutex mu_;
   std::vector<HttpRequestRecord> records_;
   std::vector<HttpRefusal> refusals_;
+  std::vector<HttpRefusal> echoes_;
   std::atomic<bool> done_{false};
   std::thread thread_;
 };
@@ -480,6 +489,75 @@ TEST(HttpGate, DeniedResponseIsSelfContained) {
   const std::string body = r.substr(r.find("\r\n\r\n") + 4);
   EXPECT_NE(r.find("content-length: " + std::to_string(body.size()) + "\r\n"), std::string::npos);
   EXPECT_EQ(body.find('\r'), std::string::npos);  // escaped in JSON
+}
+
+// review1 F1: the host reflects the substituted value (a header echo, a body quoting the
+// path): the agent gets it masked, same length, and one echo is reported per connection.
+// The upstream was asked for identity, whatever the agent accepts.
+TEST(HttpExchange, AnEchoedValueIsMaskedAndReportedOnce) {
+  HttpExchangePolicy p = api_policy();
+  p.secrets = {{kBound, "sk-real-value", true, "API_KEY"}};
+  Rig rig(p);
+  send_all(rig.agent.get(), "GET /v1/models/" + std::string(kBound) +
+                                " HTTP/1.1\r\nHost: api.example.com\r\nAccept-Encoding: gzip, br\r\n\r\n");
+  const std::string up = recv_count(rig.server.get(), "\r\n\r\n");
+  EXPECT_NE(up.find("GET /v1/models/sk-real-value HTTP/1.1\r\n"), std::string::npos) << up;
+  EXPECT_NE(up.find("accept-encoding: identity\r\n"), std::string::npos) << up;
+  EXPECT_EQ(up.find("gzip"), std::string::npos) << up;
+  const std::string body = "The model 'sk-real-value' does not exist; again: sk-real-value";
+  send_all(rig.server.get(), "HTTP/1.1 404 Not Found\r\nx-request-id: sk-real-value\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string answer = recv_count(rig.agent.get(), "again: *************");
+  EXPECT_EQ(answer, "HTTP/1.1 404 Not Found\r\nx-request-id: *************\r\nContent-Length: " +
+                        std::to_string(body.size()) +
+                        "\r\n\r\nThe model '*************' does not exist; again: *************");
+  rig.agent.reset();
+  ASSERT_TRUE(rig.wait_done());
+  ASSERT_EQ(rig.echoes().size(), 1U);
+  EXPECT_EQ(rig.echoes()[0].rule, "secrets.API_KEY");
+  EXPECT_EQ(rig.echoes()[0].reason, "the response carried the value of secret API_KEY; masked");
+  EXPECT_EQ(rig.echoes()[0].method, "GET");
+  EXPECT_TRUE(rig.refusals().empty());
+}
+
+// A coded body from a host a secret is bound to cannot be checked: 502, the body never
+// reaches the agent, an http_request with 502, no violation.
+TEST(HttpExchange, ACodedResponseFromASecretsHostIsAnswered502) {
+  HttpExchangePolicy p = api_policy();
+  p.secrets = {{kBound, "sk-real-value", true, "API_KEY"}};
+  for (const std::string coding : {"Content-Encoding: gzip\r\nContent-Length: 13\r\n\r\nsk-real-value",
+                                   "Transfer-Encoding: gzip, chunked\r\n\r\nd\r\nsk-real-value\r\n0\r\n\r\n"}) {
+    Rig rig(p);
+    send_all(rig.agent.get(), "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer " +
+                                  std::string(kBound) + "\r\n\r\n");
+    EXPECT_NE(recv_count(rig.server.get(), "\r\n\r\n"), "");
+    send_all(rig.server.get(), "HTTP/1.1 200 OK\r\n" + coding);
+    const std::string answer = recv_all(rig.agent.get());
+    EXPECT_EQ(answer.rfind("HTTP/1.1 502 Bad Gateway\r\nx-soyaos-denied: capabilities.egress[0]\r\n", 0), 0U)
+        << coding << ": " << answer;
+    EXPECT_EQ(answer.find("sk-real-value"), std::string::npos) << answer;
+    rig.agent.reset();
+    ASSERT_TRUE(rig.wait_done());
+    ASSERT_EQ(rig.records().size(), 1U);
+    EXPECT_EQ(rig.records()[0].status, 502);
+    EXPECT_TRUE(rig.echoes().empty());
+    EXPECT_TRUE(rig.refusals().empty());
+  }
+}
+
+// Where no secret is bound, the agent's Accept-Encoding goes upstream as it is (and a coded
+// answer passes: that host never received a value to reflect).
+TEST(HttpExchange, AcceptEncodingIsKeptWhereNoSecretIsBound) {
+  HttpExchangePolicy p = api_policy();
+  p.secrets = {{kUnbound, "other-value", false, "OTHER"}};
+  Rig rig(p);
+  send_all(rig.agent.get(), "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\nAccept-Encoding: gzip\r\n\r\n");
+  const std::string up = recv_count(rig.server.get(), "\r\n\r\n");
+  EXPECT_NE(up.find("Accept-Encoding: gzip\r\n"), std::string::npos) << up;
+  EXPECT_EQ(up.find("identity"), std::string::npos) << up;
+  const std::string coded = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\nok";
+  send_all(rig.server.get(), coded);
+  EXPECT_EQ(recv_count(rig.agent.get(), "ok"), coded);
 }
 
 }  // namespace
