@@ -24,6 +24,23 @@ NormalisedPath refused(std::string reason) {
   return p;
 }
 
+// `s` with every `%XX` decoded (the escapes normalise_http_path kept: reserved characters).
+std::string decode_escapes(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const int hi = s[i] == '%' && i + 2 < s.size() ? hex_value(s[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex_value(s[i + 2]) : -1;
+    if (lo < 0) {
+      out += s[i];
+      continue;
+    }
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 // The path's segments after the leading `/` (empty ones included), as views into `s`.
 std::vector<std::string_view> split_segments(std::string_view s) {
   std::vector<std::string_view> out;
@@ -77,6 +94,15 @@ NormalisedPath normalise_http_path(std::string_view path) {
     }
     i += 2;
   }
+  // `%25` + two hex digits, as it will be forwarded: a server (or a proxy in front of it) that
+  // decodes twice sees `%2e`, `%2f`, ... and then `.` or `/`. Looked for after the decoding
+  // above, so that `%25%32%65` (which it turns into `%252e`) is caught too. Every `%` in
+  // `decoded` starts an escape. No API path needs an escaped escape.
+  for (size_t at = decoded.find("%25"); at != std::string::npos; at = decoded.find("%25", at + 3)) {
+    if (at + 4 < decoded.size() && hex_value(decoded[at + 3]) >= 0 && hex_value(decoded[at + 4]) >= 0) {
+      return refused("a double-encoded escape (`" + decoded.substr(at, 5) + "`) in the path");
+    }
+  }
   // 2. Segments: drop empty and `.`, resolve `..`; never above the root.
   const std::vector<std::string_view> segments = split_segments(decoded);
   std::vector<std::string_view> kept;
@@ -85,9 +111,12 @@ NormalisedPath normalise_http_path(std::string_view path) {
   for (size_t i = 0; i < segments.size(); ++i) {
     const std::string_view seg = segments[i];
     const bool last = i + 1 == segments.size();
-    const std::string_view base = seg.substr(0, seg.find(';'));
+    // Servers that strip `;` parameters after decoding (`..%3B` -> `..;` -> `..`) resolve the
+    // dot segment: the segment is looked at with its remaining escapes decoded too.
+    const std::string plain = decode_escapes(seg);
+    const std::string_view base = std::string_view(plain).substr(0, plain.find(';'));
     const bool dot = base == "." || base == "..";
-    if (dot && base.size() != seg.size()) {
+    if (dot && seg != "." && seg != "..") {
       return refused("a dot segment with `;` parameters in the path (`" + std::string(seg.substr(0, 40)) + "`)");
     }
     if (seg.empty() || seg == ".") {

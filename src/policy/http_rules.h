@@ -25,8 +25,10 @@ struct NormalisedPath {
 //   - `.` segments are dropped and `..` segments remove the one before (also when spelled
 //     `%2e`, `.%2E`, ...); `//` (empty segments) collapse to `/`; a trailing `/` is kept;
 // and refuses: a path that does not start with `/`, a `..` above the root, an encoded `/`
-// (`%2F`/`%2f`), an encoded NUL (`%00`), a backslash (raw or `%5C`), a malformed escape, and a
-// dot segment carrying `;` parameters (`..;`, which some servers resolve as `..`).
+// (`%2F`/`%2f`), an encoded NUL (`%00`), a backslash (raw or `%5C`), a malformed escape, a
+// double-encoded escape (`%25` + two hex digits: `%252e` is `.` to a server that decodes
+// twice), and a dot segment carrying `;` parameters, also once its escapes are decoded
+// (`..;`, `..%3B`, `%2e%2e%3bx`: servers that strip parameters resolve them as `..`).
 // Idempotent: normalising a normalised path returns it unchanged.
 NormalisedPath normalise_http_path(std::string_view path);
 

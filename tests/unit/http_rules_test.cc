@@ -77,7 +77,47 @@ TEST(HttpPath, UnreservedEscapesAreDecodedOthersUpperCased) {
   EXPECT_EQ(norm("/a%2Ab"), "/a%2Ab");
   EXPECT_EQ(norm("/a%3fb%23c"), "/a%3Fb%23c");
   EXPECT_EQ(norm("/%e2%82%ac"), "/%E2%82%AC");
-  EXPECT_EQ(norm("/a%252e%252e"), "/a%252e%252e");  // an encoded `%` stays encoded: not a dot
+  EXPECT_EQ(norm("/a%25b"), "/a%25b");    // an encoded `%` not followed by hex stays encoded
+  EXPECT_EQ(norm("/a%25zz"), "/a%25zz");
+  EXPECT_EQ(norm("/a%25"), "/a%25");
+  EXPECT_EQ(norm("/a%25e"), "/a%25e");    // one hex digit: not an escape a second decoding makes
+}
+
+// Review R1 F6: encodings that only a second decoding (or `;`-stripping after decoding) turns
+// into `..` are refused; their single-encoded neighbours are not.
+TEST(HttpPath, DoubleEncodedEscapesAreRefused) {
+  EXPECT_EQ(norm("/public/%252e%252e/%252e%252e/admin"),
+            "REFUSED: a double-encoded escape (`%252e`) in the path");
+  EXPECT_TRUE(refused("/public/..%252f..%252fadmin"));
+  EXPECT_TRUE(refused("/a%252e%252e"));
+  EXPECT_TRUE(refused("/a%2541"));    // any `%25XX`, not only dots and slashes
+  EXPECT_TRUE(refused("/a%25Fe"));
+  // `%25` then escapes of `2` and `e`: forwarded as `%252e` after the first decoding.
+  EXPECT_EQ(norm("/x/%25%32%65%25%32%65/admin"), "REFUSED: a double-encoded escape (`%252e`) in the path");
+  EXPECT_TRUE(refused("/x/%25%32F"));
+  EXPECT_EQ(norm("/public/%2e%2e/public/x"), "/public/x");  // single-encoded dots: resolved, not refused
+  EXPECT_EQ(norm("/public/a%20b"), "/public/a%20b");
+}
+
+TEST(HttpPath, DotSegmentsWithEncodedParametersAreRefused) {
+  EXPECT_TRUE(refused("/public/..%3B/..%3B/admin"));
+  EXPECT_TRUE(refused("/public/..%3b/admin"));
+  EXPECT_TRUE(refused("/public/%2e%2e%3bx/admin"));
+  EXPECT_TRUE(refused("/public/.%3B/admin"));
+  EXPECT_TRUE(refused("/public/%2E%3Bjsessionid=1/admin"));
+  EXPECT_EQ(norm("/public/..%3B/admin"), "REFUSED: a dot segment with `;` parameters in the path (`..%3B`)");
+  // Neighbours: an encoded `;` in a name, and a name that merely starts with dots.
+  EXPECT_EQ(norm("/public/a%3Bb/x"), "/public/a%3Bb/x");
+  EXPECT_EQ(norm("/public/...%3B/x"), "/public/...%3B/x");
+  EXPECT_EQ(norm("/public/%3B/x"), "/public/%3B/x");
+  EXPECT_EQ(norm("/public/..a%3B/x"), "/public/..a%3B/x");
+}
+
+TEST(HttpPath, FullwidthDotsAreANameNotADotSegment) {
+  // U+FF0E (`．`, UTF-8 EF BC 8E): IIS-style Unicode folding would read `．．` as `..`. Not
+  // refused (no RFC decoding makes it a dot; docs/http-rules.md lists it as a residual): it is
+  // matched and forwarded as the name it is, so `/public/**` allows it.
+  EXPECT_EQ(norm("/public/%EF%BC%8E%EF%BC%8E/admin"), "/public/%EF%BC%8E%EF%BC%8E/admin");
 }
 
 TEST(HttpPath, SemicolonParameters) {
@@ -87,7 +127,9 @@ TEST(HttpPath, SemicolonParameters) {
   EXPECT_TRUE(refused("/v1/..;/admin"));
   EXPECT_TRUE(refused("/v1/.;x/admin"));
   EXPECT_TRUE(refused("/v1/%2e%2e;/admin"));
-  EXPECT_EQ(norm("/v1/..%3B/admin"), "/v1/..%3B/admin");  // an encoded `;` is a literal byte
+  // An encoded `;` too: servers that strip parameters after decoding resolve `..%3B` as `..`.
+  EXPECT_TRUE(refused("/v1/..%3B/admin"));
+  EXPECT_EQ(norm("/v1/models%3Bv=2"), "/v1/models%3Bv=2");
 }
 
 TEST(HttpPath, MustStartWithSlash) {
@@ -97,7 +139,7 @@ TEST(HttpPath, MustStartWithSlash) {
 }
 
 TEST(HttpPath, NormalisingIsIdempotent) {
-  for (const char* p : {"/v1/../admin", "/%7e/%41/", "/a//b/./c/..", "/a%252e", "/x%2a;y", "/v1/..%3B/a"}) {
+  for (const char* p : {"/v1/../admin", "/%7e/%41/", "/a//b/./c/..", "/x%2a;y", "/v1/a%3B/..", "/a%25zz"}) {
     const std::string once = norm(p);
     ASSERT_EQ(once.rfind("REFUSED", 0), std::string::npos) << p;
     EXPECT_EQ(norm(once), once) << p;
