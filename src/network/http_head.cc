@@ -312,4 +312,17 @@ std::string http_entry_refusal(const HttpHead& head) {
   return "";
 }
 
+std::string http_method_override_refusal(const HttpHead& head) {
+  static constexpr std::string_view kMethodFields[] = {"x-http-method-override", "x-http-method", "x-method-override"};
+  for (const auto& [name, value] : head.fields) {
+    for (std::string_view f : kMethodFields) {
+      if (iequals(name, f) && value != head.method) {
+        return "a `" + name + ": " + value.substr(0, 40) + "` field on a " + head.method +
+               " request (it asks the server for another method than the http rules checked)";
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace soyaos::network

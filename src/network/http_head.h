@@ -73,4 +73,12 @@ HttpHeadParse parse_http_head(std::span<const uint8_t> bytes);
 // :authority the gateway could not see. docs/network.md ("What each check proves").
 std::string http_entry_refusal(const HttpHead& head);
 
+// Why the gateway refuses a head on an entry with `http` rules because it asks the upstream
+// for another method than its request line's, or "": an `X-HTTP-Method-Override`,
+// `X-HTTP-Method` or `X-Method-Override` field (any case) whose value is not exactly the
+// request's method. Common stacks (Express method-override, Symfony, ASP.NET helpers, Google
+// APIs) honour these, so `POST` + `X-HTTP-Method-Override: DELETE` would be a DELETE the rules
+// never saw. (Query forms such as `?_method=DELETE` are not seen: rules never match queries.)
+std::string http_method_override_refusal(const HttpHead& head);
+
 }  // namespace soyaos::network

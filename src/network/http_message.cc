@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <iterator>
 
 #include "network/http_syntax.h"
 
@@ -95,6 +96,11 @@ bool parse_response_field(std::string_view line, HttpResponseHead& h, size_t* tr
 
 }  // namespace
 
+bool method_defines_no_body(std::string_view method) {
+  static constexpr std::string_view kBodiless[] = {"GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"};
+  return std::any_of(std::begin(kBodiless), std::end(kBodiless), [&](std::string_view m) { return iequals(m, method); });
+}
+
 std::string_view to_string(BodyKind k) {
   switch (k) {
     case BodyKind::none: return "none";
@@ -109,6 +115,12 @@ RequestTraitsResult request_traits(const HttpHead& head) {
   RequestTraitsResult r;
   RequestTraits& t = r.traits;
   const auto te = list_of(head.fields, "transfer-encoding");
+  if (method_defines_no_body(head.method) && (head.chunked || (head.content_length && *head.content_length > 0))) {
+    r.refusal = "a body on a " + head.method + " request (" +
+                (head.chunked ? std::string("Transfer-Encoding") : "Content-Length " + std::to_string(*head.content_length)) +
+                "): an upstream that ignores it would read it as another, unchecked request";
+    return r;
+  }
   if (head.chunked) {
     if (te.size() != 1 || !iequals(te.front(), "chunked")) {
       r.refusal = "a Transfer-Encoding other than exactly `chunked`";

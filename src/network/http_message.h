@@ -43,8 +43,16 @@ struct RequestTraits {
   bool close = false;             // Connection: close, or HTTP/1.0 without keep-alive
 };
 
+// Whether a method's semantics define no request body (RFC 9110 9.3): GET, HEAD, DELETE,
+// OPTIONS, TRACE, CONNECT. Compared case-insensitively: a server that folds `get` into GET
+// ignores its body just the same.
+bool method_defines_no_body(std::string_view method);
+
 // The body framing and connection traits of a parsed request head, or why the exchange refuses
-// it on top of parse_http_head's own checks: a Transfer-Encoding other than exactly `chunked`
+// it on top of parse_http_head's own checks: a body (Content-Length > 0, or any
+// Transfer-Encoding) on a method that defines none (an upstream that never reads a GET's body
+// parses it as the next request, one the exchange never checked: request smuggling;
+// `Content-Length: 0` is no body), a Transfer-Encoding other than exactly `chunked`
 // (a coding list can be read differently by the upstream), an Upgrade to anything but
 // websocket (after a 101 the exchange only relays bytes, so only a protocol whose opening
 // request it checked may follow), a websocket upgrade that is not a GET.

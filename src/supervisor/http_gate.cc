@@ -56,6 +56,14 @@ bool swap_placeholders(std::string& s, const std::vector<HttpSecretBinding>& sec
   return true;
 }
 
+// TRACE in any case: a server that folds the method's case would still echo the request.
+bool is_trace(std::string_view method) {
+  constexpr std::string_view kTrace = "TRACE";
+  return method.size() == kTrace.size() && std::equal(method.begin(), method.end(), kTrace.begin(), [](char a, char b) {
+           return (a >= 'a' && a <= 'z' ? static_cast<char>(a - 'a' + 'A') : a) == b;
+         });
+}
+
 std::string expected_host(const HttpExchangePolicy& p) {
   if (p.host.find(':') != std::string::npos && p.host.front() != '[') return "[" + p.host + "]";
   return p.host;
@@ -85,6 +93,19 @@ GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchang
                       "`");
   }
   if (std::string why = network::http_entry_refusal(h); !why.empty()) return refuse(std::move(d), entry, why);
+  if (!policy.rules.empty()) {
+    if (std::string why = network::http_method_override_refusal(h); !why.empty()) {
+      return refuse(std::move(d), entry, why);
+    }
+  }
+  // A server that answers TRACE echoes the request it received: with the placeholders swapped,
+  // that is the credential, handed back to the agent.
+  const bool secret_bound = std::any_of(policy.secrets.begin(), policy.secrets.end(),
+                                        [](const HttpSecretBinding& b) { return b.bound_to_this_host; });
+  if (secret_bound && is_trace(h.method)) {
+    return refuse(std::move(d), entry,
+                  "TRACE on an entry with a bound secret (the server's echo of the request would carry its value)");
+  }
   const network::RequestTraitsResult traits = network::request_traits(h);
   if (!traits.refusal.empty()) return refuse(std::move(d), entry, traits.refusal);
   d.traits = traits.traits;

@@ -24,8 +24,10 @@ struct GateDecision {
 
 // Checks, in order: the head parsed; origin-form target (an absolute or authority target names
 // another host; `*` only without rules); Host equals the policy's host (and port, when it
-// carries one); no field naming another host and no h2c (http_entry_refusal); the framing and
-// upgrade (request_traits); the path normalises; a rule allows method + path; no placeholder
+// carries one); no field naming another host and no h2c (http_entry_refusal); with rules, no
+// method-override field naming another method (http_method_override_refusal); no TRACE when a
+// secret is bound to this host (its echo would carry the value); the framing, no body on a
+// method that defines none, and the upgrade (request_traits); the path normalises; a rule allows method + path; no placeholder
 // of a secret that is not bound to this host anywhere in the head. Then builds the upstream
 // head: the request line with the normalised path (what was matched is what is sent) and the
 // query as sent, each field as `name: value` (on a host a secret is bound to, every
