@@ -1,6 +1,8 @@
 // The egress gateway (SPEC.md C6, 127.0.0.1:15001 and [::1]:15001): every redirected connection's
 // original destination -> the entries that allow it -> the protocol check (TLS SNI for https,
-// the HTTP/1.x Host for http, nothing for tcp); egress_conn.cc then resolves, connects, relays.
+// the HTTP/1.x Host for http, nothing for tcp); egress_conn.cc then resolves, connects, relays
+// (an http connection, and an intercepted https one, through an exchange thread that reads
+// every request: egress_intercept.cc).
 
 #include <sys/socket.h>
 
@@ -202,6 +204,12 @@ void EgressService::Impl::head_ready(Conn* c) {
     }
     c->entry = first(Protocol::http);
     c->protocol = "http";
+    // Not only this request: every later one on the connection is read as well (C6: each
+    // request's Host must match; C11: a placeholder of a secret not bound here is refused),
+    // so the exchange takes the connection once its upstream is connected — a thread per
+    // connection, like an intercepted one. This head, already checked, is its first request.
+    if (exchange_cap_reached(c)) return;
+    c->intercept = true;
   }
   resolve(c);
 }

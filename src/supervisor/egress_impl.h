@@ -123,8 +123,9 @@ struct EgressService::Impl {
     bool proxy_connect = false;
     bool proxy_tls = false;
     bool proxy_answered = false;  // a 200 went to the agent: from then on, only resets
-    // The gateway reads this connection (C11: the entry has `http` rules or a secret is bound
-    // to the host): once connected it goes to an exchange thread (egress_intercept.cc).
+    // The gateway reads this connection request by request: an intercepted one (C11: the
+    // entry has `http` rules or a secret is bound to the host) or any plain `http` one (C6:
+    // every request's Host). Once connected it goes to an exchange thread (egress_intercept.cc).
     bool intercept = false;
     // `pack learn`: no entry allows the destination; the first bytes are read and
     // classified (egress_learn.cc), then the connection is closed. Nothing goes upstream.
@@ -234,6 +235,10 @@ struct EgressService::Impl {
     uint16_t port = 0;
     std::string entry_key, address;
     std::vector<manifest::HttpRule> rules;
+    // C11's interception (rules or a bound secret): events say `intercepted: true`. A plain
+    // http entry without either is read only for each request's Host and for placeholders.
+    bool intercepted = true;
+    bool operator_entry = false;  // a proxy.allow entry: no secret is ever substituted there
     Json base;  // egress_opened's data, for egress_closed
     int64_t started = 0;
   };

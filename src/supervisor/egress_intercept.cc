@@ -1,6 +1,7 @@
 // Intercepted egress connections (SPEC.md C11, issue #12): once the gateway has checked an
-// https or http connection of an entry with `http` rules or a bound secret, and connected its
-// upstream, the connection leaves the epoll loop for an exchange thread of its own (at most
+// https connection of an entry with `http` rules or a bound secret, or any plain http
+// connection (every request's Host is checked, C6), and connected its upstream, the
+// connection leaves the epoll loop for an exchange thread of its own (at most
 // EgressLimits::max_exchanges at once): TLS is terminated on the agent's side with the run's
 // CA (tls_authority.h) and made anew, verified, to the upstream; run_http_exchange then checks
 // every request. The thread reports through the service's callbacks, which are thread-safe
@@ -150,8 +151,11 @@ void EgressService::Impl::intercept_handoff(Conn* c) {
   job.port = c->port;
   job.entry_key = plan.entry(*c->entry).key_path;
   job.rules = plan.entry(*c->entry).http;
+  job.operator_entry = plan.from_proxy_allow(*c->entry);
+  job.intercepted =
+      job.tls || (!job.operator_entry && icpt != nullptr && icpt->intercepts(plan.entry(*c->entry), c->host));
   job.base = base(*c);
-  job.base["intercepted"] = true;
+  if (job.intercepted) job.base["intercepted"] = true;
   job.address = policy::to_string(c->upstream_addr);
   job.started = c->started;
   if (cb.event) {
@@ -257,9 +261,14 @@ void EgressService::Impl::exchange_main(ExchangeJob job) {
     pol.rules = job.rules;
     pol.head_timeout_ms = limits.head_timeout_ms;
     pol.idle_timeout_ms = limits.idle_timeout_ms;
-    for (const auto& s : icpt->secrets) {
-      const bool bound = std::find(s.hosts.begin(), s.hosts.end(), job.host) != s.hosts.end();
-      pol.secrets.push_back({s.placeholder, s.value, bound, s.name});
+    // Every placeholder of the run is looked for (no Interception: the run has no secrets);
+    // only a pack entry's own host gets its secrets' values, never an operator's entry.
+    if (icpt != nullptr) {
+      for (const auto& s : icpt->secrets) {
+        const bool bound =
+            !job.operator_entry && std::find(s.hosts.begin(), s.hosts.end(), job.host) != s.hosts.end();
+        pol.secrets.push_back({s.placeholder, s.value, bound, s.name});
+      }
     }
     const std::string scheme = job.tls ? "https://" : "http://";
     const std::string authority = job.host + ((job.tls && job.port == 443) || (!job.tls && job.port == 80)

@@ -1,5 +1,6 @@
 // The Moon proxy (SPEC.md C7): CONNECT and plain HTTP requests, allowed by the operator's
-// proxy.allow only; an allowed request continues as a connection of egress_conn.cc.
+// proxy.allow only; an allowed request continues as a connection of egress_conn.cc. A plain
+// request is forwarded with `Connection: close`: its head is the only one the proxy reads.
 
 #include <sys/socket.h>
 
@@ -12,6 +13,24 @@
 #include "supervisor/egress_impl.h"
 
 namespace soyaos::supervisor {
+namespace {
+
+// The first of the run's placeholders found in the request target or a field (name or
+// value) of `h`; "" when none (and always when the run has no secrets: `icpt` is null).
+std::string placeholder_in(const network::HttpHead& h, const Interception* icpt) {
+  if (icpt == nullptr) return {};
+  for (const InterceptSecret& s : icpt->secrets) {
+    if (s.placeholder.empty()) continue;
+    bool found = h.target.find(s.placeholder) != std::string::npos;
+    for (const auto& [name, value] : h.fields) {
+      found = found || name.find(s.placeholder) != std::string::npos || value.find(s.placeholder) != std::string::npos;
+    }
+    if (found) return s.placeholder;
+  }
+  return {};
+}
+
+}  // namespace
 
 void EgressService::Impl::proxy_accept() {
   for (;;) {
@@ -230,6 +249,15 @@ void EgressService::Impl::proxy_request(Conn* c) {
     // Forwarded as it is: no other field may name another host, and no h2c.
     if (const std::string why = network::http_entry_refusal(h); !why.empty()) {
       proxy_refuse(c, target, why);
+      return;
+    }
+    // C11: the proxy reads this request, and an operator's entry never gets a secret's value,
+    // so a placeholder here is on its way to a host it is not bound to (or, to its own host,
+    // would arrive as the placeholder): refused wherever it stands in the head.
+    if (const std::string placeholder = placeholder_in(h, icpt); !placeholder.empty()) {
+      proxy_refuse(c, target, "a secret's placeholder (`" + placeholder +
+                                  "`): the Moon proxy never replaces placeholders, a secret goes only to its own "
+                                  "hosts through the pack's entries");
       return;
     }
   }

@@ -1,7 +1,7 @@
-// Which connections of a run the egress gateway reads (SPEC.md C11, issue #12), and what it
-// needs to do so: an https or http entry is intercepted for a connection when the entry has
+// Which connections of a run the egress gateway intercepts (SPEC.md C11, issue #12), and what
+// it needs to do so: an https or http entry is intercepted for a connection when the entry has
 // `http` rules or a secret is bound to the connection's host; every other https entry stays
-// SNI-checked passthrough. For intercepted https the run gets its own CA (tls_authority.h),
+// SNI-checked passthrough (every plain http connection is read request by request regardless). For intercepted https the run gets its own CA (tls_authority.h),
 // which the Comet trusts through a CA bundle of its own (trust_run_ca).
 #pragma once
 
@@ -38,7 +38,9 @@ struct Interception {
   std::unique_ptr<TlsSessionCache> upstream_sessions;
   std::vector<InterceptSecret> secrets;
 
-  // True when a connection to `host` allowed by `entry` (https or http) is read by the gateway.
+  // True when a connection to `host` allowed by `entry` (https or http) is intercepted: rules
+  // apply and bound secrets are substituted. (The gateway reads every plain http connection
+  // request by request anyway, for each request's Host and for placeholders: egress_gateway.cc.)
   [[nodiscard]] bool intercepts(const manifest::EgressEntry& entry, const std::string& host) const;
 };
 
