@@ -18,6 +18,7 @@ SecretEchoGuard::SecretEchoGuard(const std::vector<Secret>& secrets) {
       p.fail[i] = k;
     }
     longest_ = std::max(longest_, s.value.size());
+    starts_[static_cast<uint8_t>(s.value[0])] = true;
     patterns_.push_back(std::move(p));
   }
 }
@@ -39,9 +40,16 @@ std::string_view SecretEchoGuard::feed(std::string_view raw, std::span<const net
   const size_t base = held_.size();
   held_ += raw;
   for (const network::DataSpan& span : data) {
-    for (size_t j = span.offset; j < span.offset + span.size && j < raw.size(); ++j) {
+    const size_t end = std::min(span.offset + span.size, raw.size());
+    for (size_t j = span.offset; j < end; ++j) {
+      if (idle_) {
+        // No partial match: skip to the next byte that can begin a value.
+        while (j < end && !starts_[static_cast<uint8_t>(raw[j])]) ++j;
+        if (j == end) break;
+      }
       const char c = raw[j];
       data_pos_.push_back(base + j);
+      size_t partial = 0;
       for (Pattern& p : patterns_) {
         size_t q = p.matched;
         while (q > 0 && p.value[q] != c) q = p.fail[q - 1];
@@ -52,9 +60,17 @@ std::string_view SecretEchoGuard::feed(std::string_view raw, std::span<const net
           q = p.fail[q - 1];
         }
         p.matched = q;
+        partial = std::max(partial, q);
       }
-      // Only the last `longest_` data positions can ever be masked or held for.
-      if (data_pos_.size() > 2 * longest_) data_pos_.erase(data_pos_.begin(), data_pos_.end() - static_cast<std::ptrdiff_t>(longest_));
+      // A byte no partial match covers can be part of no later match either: forget the
+      // positions (the common case, so that plain traffic costs one KMP step per secret).
+      idle_ = partial == 0;
+      if (partial == 0) {
+        data_pos_.clear();
+      } else if (data_pos_.size() > 2 * longest_) {
+        // Only the last `longest_` data positions can ever be masked or held for.
+        data_pos_.erase(data_pos_.begin(), data_pos_.end() - static_cast<std::ptrdiff_t>(longest_));
+      }
     }
   }
   // Hold from the first data byte of the longest partial match; everything before it is final.

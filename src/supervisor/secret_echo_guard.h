@@ -12,6 +12,7 @@
 // chunk sizes stay valid and the connection stays framed.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -59,6 +60,8 @@ class SecretEchoGuard {
 
   std::vector<Pattern> patterns_;
   size_t longest_ = 0;
+  std::array<bool, 256> starts_{};  // bytes that begin some value
+  bool idle_ = true;               // no pattern has a partial match
   std::string held_;               // raw bytes not yet released
   std::vector<size_t> data_pos_;   // offsets in held_ of its most recent data bytes, ascending
 };
