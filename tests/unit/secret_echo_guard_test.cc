@@ -3,7 +3,9 @@
 // a value are never held back.
 #include "supervisor/secret_echo_guard.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,34 @@ TEST(SecretEchoGuard, EverySecretIsMatchedAndNamed) {
   EXPECT_EQ(g.feed_data("c first-secret-value d", out), "FIRST");
   g.release(out);
   EXPECT_EQ(out, "a ******************* bc ****************** d");
+}
+
+// Against a naive reference (mask every occurrence, overlapping ones too) on random text of a
+// small alphabet, where partial matches, restarts and overlaps are everywhere, cut into random
+// feeds.
+TEST(SecretEchoGuard, AgreesWithANaiveMaskOnRandomTextAndCuts) {
+  std::mt19937 rng(12);
+  for (const std::string value : {"abab", "aab", "abaabab", "ba"}) {
+    for (int round = 0; round < 300; ++round) {
+      std::string text(rng() % 200, 'a');
+      for (char& c : text) c = "abc"[rng() % 3];
+      std::string want = text;
+      for (size_t i = 0; i + value.size() <= text.size(); ++i) {
+        if (text.compare(i, value.size(), value) == 0) std::fill_n(want.begin() + static_cast<std::ptrdiff_t>(i), value.size(), '*');
+      }
+      SecretEchoGuard g({{"K", value}, {"OTHER", "cc-not-here"}});
+      std::string out;
+      bool named = false;
+      for (size_t at = 0; at < text.size();) {
+        const size_t n = std::min<size_t>(1 + rng() % 9, text.size() - at);
+        named = !g.feed_data(std::string_view(text).substr(at, n), out).empty() || named;
+        at += n;
+      }
+      g.release(out);
+      ASSERT_EQ(out, want) << value << " in " << text;
+      EXPECT_EQ(named, want != text) << text;
+    }
+  }
 }
 
 TEST(SecretEchoGuard, WithoutSecretsEverythingPassesAtOnce) {
