@@ -1,4 +1,4 @@
-# Shared by the shell benchmarks (bench/egress_bench.sh, bench/secrets.sh, bench/concurrent.sh,
+# Shared by the shell benchmarks (bench/egress_bench.sh, bench/secrets.sh, bench/plain_http_bench.sh, bench/concurrent.sh,
 # bench/daemon_commit.sh, bench/startup_guard.sh, bench/instructions.sh): sourced, not run.
 # Sets SOYAOS (the binary; override with SOYAOS=...), PY (the host's Debian python3), `work`
 # (a fresh 0755 temporary directory named after NAME) and `pids` (background servers, killed
