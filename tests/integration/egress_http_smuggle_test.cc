@@ -6,7 +6,8 @@
 // F5: a POST with X-HTTP-Method-Override naming another method. Each is a 403 the agent reads,
 // a capability_violation (EACCES), exit 3, and nothing of it at the server; the allowed
 // neighbours (GET with `Content-Length: 0`, POST with a body, an override equal to the
-// method) still go through. ctest runs these as root and (`rootless.`) as nobody.
+// method) still go through. The same on an entry intercepted only for a bound secret, where
+// TRACE is refused too. ctest runs these as root and (`rootless.`) as nobody.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -24,9 +25,10 @@ using namespace egress;  // NOLINT(google-build-using-namespace): the shared fix
 //   te    the same as one chunk of a chunked body
 //   cl0   `Content-Length: 0`, then `GET /` (Connection: close)
 //   json  a small JSON body by Content-Length, Connection: close
-// Prints "RESULT <status>,<status>... denied=<x-soyaos-denied or ->" per connection: every
-// response the agent read until the connection closed.
-constexpr const char* kAgent = R"PY(import re, socket, sys
+// In a field, `+` stands for a space and `$NAME` for the agent's environment variable
+// (`Authorization:Bearer+$API_KEY`). Prints "RESULT <status>,<status>... denied=<x-soyaos-denied
+// or ->" per connection: every response the agent read until the connection closed.
+constexpr const char* kAgent = R"PY(import os, re, socket, sys
 
 host, port = sys.argv[1], int(sys.argv[2])
 auth = "%s:%d" % (host, port)
@@ -35,7 +37,7 @@ follow = ("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % auth).enco
 
 def request(method, path, framing, extra):
     head = "%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, path, auth)
-    head += "".join(f.replace(":", ": ", 1) + "\r\n" for f in extra)
+    head += "".join(os.path.expandvars(f).replace("+", " ").replace(":", ": ", 1) + "\r\n" for f in extra)
     if framing == "cl":
         return (head + "Content-Length: %d\r\n\r\n" % len(smuggled)).encode() + smuggled + follow
     if framing == "te":
@@ -75,13 +77,16 @@ class EgressHttpSmuggleTest : public EgressTest {
     if (IsSkipped()) return;
     set_moon({{"web.test", "127.0.0.1"}});
     dir_.write("smuggle/main.py", kAgent);
+    write_manifest("", "      http: [{method: GET, path: /held}, {method: GET, path: /}, {method: POST, path: /submit}]\n");
+  }
+
+  void write_manifest(const std::string& secrets, const std::string& rules) {
     dir_.write("smuggle/soyapack.yaml",
                "soyapack: v0\nname: egress-probe\nversion: 0.1.0\n"
-               "agent: {runtime: python3, entrypoint: main.py}\n"
-               "capabilities:\n  egress:\n    - host: web.test\n      port: " +
-                   std::to_string(web_.port()) +
-                   "\n      protocol: http\n"
-                   "      http: [{method: GET, path: /held}, {method: GET, path: /}, {method: POST, path: /submit}]\n"
+               "agent: {runtime: python3, entrypoint: main.py}\n" +
+                   secrets +
+                   "capabilities:\n  egress:\n    - host: web.test\n      port: " + std::to_string(web_.port()) +
+                   "\n      protocol: http\n" + rules +
                    "  fs: {read: [/workdir], write: [/workdir/out]}\n"
                    "  determinism_tier: read-only\n"
                    "resources: {timeout: 30s, write_quota: 1Mi}\n");
@@ -189,6 +194,36 @@ TEST_F(EgressHttpSmuggleTest, AMethodOverrideNamingAnotherMethodIsRefused) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(web_.record().heads.empty()) << web_.describe();
   EXPECT_TRUE(run.of_type("http_request").empty()) << run.context();
+}
+
+// An entry intercepted only because a secret is bound to its host (no rules: every method and
+// path allowed) is read request by request as well: the smuggle and TRACE are refused there.
+TEST_F(EgressHttpSmuggleTest, OnASecretBoundEntryWithoutRulesABodyOnGetAndTraceAreRefused) {
+  constexpr const char* kValue = "sk-test-smuggle-5dQ2vX8pLr";
+  write_manifest("secrets:\n  API_KEY:\n    hosts: [web.test]\n", "");
+  const RunOutput set = run_soyaos_stdin({"secret", "set", "API_KEY"}, std::string(kValue) + "\n",
+                                         {{"SOYAOS_HOME", home_.string()}});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  auto run = steps({"GET / cl Authorization:Bearer+$API_KEY", "TRACE / cl0 Authorization:Bearer+$API_KEY",
+                    "GET /any/path cl0 Authorization:Bearer+$API_KEY"});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  EXPECT_EQ(run.results[0], "403 denied=capabilities.egress[0]") << run.context();
+  EXPECT_EQ(run.results[1], "403 denied=capabilities.egress[0]") << run.context();
+  EXPECT_EQ(run.results[2], "200,200 denied=-") << run.context();  // the neighbour: no body, swapped
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  ASSERT_EQ(run.violations().size(), 2u) << run.context();
+  expect_refused(run, "GET", "/", "a body on a GET request (Content-Length ");
+  expect_refused(run, "TRACE", "/", "TRACE on an entry with a bound secret");
+  // The server saw the allowed GET and its follow-up, with the value; nothing else.
+  ASSERT_TRUE(web_.wait_served(3)) << web_.describe();
+  const auto heads = web_.record().heads;
+  ASSERT_EQ(heads.size(), 2u) << web_.describe();
+  EXPECT_EQ(heads[0].rfind("GET /any/path HTTP/1.1\r\n", 0), 0u) << web_.describe();
+  EXPECT_TRUE(contains(heads[0], std::string("Authorization: Bearer ") + kValue)) << web_.describe();
+  EXPECT_EQ(heads[1].rfind("GET / HTTP/1.1\r\n", 0), 0u) << web_.describe();
+  expect_no_smuggled_head();
+  EXPECT_FALSE(contains(run.output.out, kValue)) << run.context();
+  EXPECT_FALSE(contains(run.output.err, kValue)) << run.context();
 }
 
 }  // namespace
