@@ -7,7 +7,8 @@
 // a capability_violation (EACCES), exit 3, and nothing of it at the server; the allowed
 // neighbours (GET with `Content-Length: 0`, POST with a body, an override equal to the
 // method) still go through. The same on an entry intercepted only for a bound secret, where
-// TRACE is refused too. ctest runs these as root and (`rootless.`) as nobody.
+// TRACE is refused too, and on a plain http entry with neither (read request by request since
+// review 1 F3). ctest runs these as root and (`rootless.`) as nobody.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -224,6 +225,24 @@ TEST_F(EgressHttpSmuggleTest, OnASecretBoundEntryWithoutRulesABodyOnGetAndTraceA
   expect_no_smuggled_head();
   EXPECT_FALSE(contains(run.output.out, kValue)) << run.context();
   EXPECT_FALSE(contains(run.output.err, kValue)) << run.context();
+}
+
+// Since review 1 F3 every plain http connection is read request by request, rules or secrets
+// or not: the smuggle is refused there too (as the first request and as a later one).
+TEST_F(EgressHttpSmuggleTest, OnAPlainHttpEntryWithoutRulesOrSecretsABodyOnGetIsRefused) {
+  write_manifest("", "");
+  auto run = steps({"GET /first cl", "GET / cl0", "DELETE /x te"});
+  ASSERT_EQ(run.results.size(), 3u) << run.context();
+  EXPECT_EQ(run.results[0], "403 denied=capabilities.egress[0]") << run.context();
+  EXPECT_EQ(run.results[1], "200,200 denied=-") << run.context();
+  EXPECT_EQ(run.results[2], "403 denied=capabilities.egress[0]") << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  ASSERT_EQ(run.violations().size(), 2u) << run.context();
+  expect_refused(run, "GET", "/first", "a body on a GET request (Content-Length ");
+  expect_refused(run, "DELETE", "/x", "a body on a DELETE request (Transfer-Encoding)");
+  ASSERT_TRUE(web_.wait_served(3)) << web_.describe();
+  EXPECT_EQ(web_.record().heads.size(), 2u) << web_.describe();  // GET / and its follow-up only
+  expect_no_smuggled_head();
 }
 
 }  // namespace
