@@ -1,6 +1,7 @@
 // The Moon proxy (SPEC.md C7): CONNECT and plain HTTP requests, allowed by the operator's
 // proxy.allow only; an allowed request continues as a connection of egress_conn.cc. A plain
-// request is forwarded with `Connection: close`: its head is the only one the proxy reads.
+// request is forwarded with `Connection: close`, and the connection then goes to an exchange
+// thread (egress_intercept.cc) that reads every later request on it as well.
 
 #include <sys/socket.h>
 
@@ -286,6 +287,13 @@ void EgressService::Impl::proxy_request(Conn* c) {
     }
     out += "Connection: close\r\n\r\n";
     c->head = out + rest;
+    // And whatever the client sends after this head is read too, request by request, as on
+    // a plain http entry at the gateway (review 1, F3): an exchange thread takes the
+    // connection once its upstream is connected, and the rewritten head is its first request.
+    // (A later request in absolute form, as proxy clients send, is refused there: a 403.)
+    if (exchange_cap_reached(c)) return;
+    c->entry = plan.policy().egress.size() + *match;  // plan.entry(): the pack's, then proxy.allow
+    c->intercept = true;
   }
   c->head_sent = 0;
   if (c->proxy_connect && c->proxy_tls) {

@@ -5,7 +5,8 @@
 // pipelined request naming another Host, a proxy-style target or a placeholder of a secret
 // bound to another host gets a 403 the agent reads, a capability_violation and exit 3, and
 // never reaches the server; kept-alive requests with the right Host all work. The Moon
-// proxy's plain HTTP refuses a placeholder in the request it reads as well. Real Comets, a
+// proxy's plain HTTP refuses a placeholder in the request it reads as well, and reads a
+// request pipelined after the one it forwarded (a 403 for its absolute form). Real Comets, a
 // real keep-alive HTTP server on the host's loopback; ctest runs these as root and
 // (`rootless.`) as nobody.
 #include <gtest/gtest.h>
@@ -30,6 +31,7 @@ constexpr const char* kValue = "sk-test-F3plainHttpV4lue-9bQ2xLm7Rt";
 //                              in absolute form (http://HOST:PORT/n)
 //   pipe HOST PORT H1 H2       both requests in one write, then reads the answers
 //   proxy URL                  through $HTTP_PROXY, with `Authorization: Bearer $API_KEY`
+//   proxypipe URL1 URL2 ...    through $HTTP_PROXY, every request in one write
 // Prints one `RESULT` line: each answer's status (`403:RULE` with x-soyaos-denied when set)
 // or `eof`, space-separated.
 const std::string kAgent = R"PY(import os, socket, sys
@@ -73,15 +75,19 @@ def request(i, host, port, spec):
 def main():
     mode = sys.argv[1]
     out = []
-    if mode == "proxy":
+    if mode in ("proxy", "proxypipe"):
         proxy = os.environ["HTTP_PROXY"].split("//", 1)[1].rstrip("/")
         phost, _, pport = proxy.rpartition(":")
         s = socket.create_connection((phost, int(pport)), timeout=10)
-        url = sys.argv[2]
-        authority = url.split("//", 1)[1].split("/", 1)[0]
-        s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n"
-                   % (url, authority, os.environ["API_KEY"])).encode())
-        out.append(read_response(s, [b""]))
+        extra = "Authorization: Bearer %s\r\n" % os.environ["API_KEY"] if mode == "proxy" else ""
+        reqs = b""
+        for url in sys.argv[2:]:
+            authority = url.split("//", 1)[1].split("/", 1)[0]
+            reqs += ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (url, authority, extra)).encode()
+        s.sendall(reqs)
+        buf = [b""]
+        for _ in sys.argv[2:]:
+            out.append(read_response(s, buf))
     else:
         host, port, specs = sys.argv[2], sys.argv[3], sys.argv[4:]
         s = socket.create_connection((host, int(port)), timeout=10)
@@ -247,6 +253,25 @@ TEST_F(EgressPlainHttpTest, TheMoonProxyRefusesAPlaceholderInAPlainRequest) {
   EXPECT_TRUE(contains(v.value("detail", ""), "Moon proxy: a secret's placeholder")) << v.dump();
   EXPECT_FALSE(contains(run.output.out + run.output.err, kValue)) << run.context();
   expect_untouched(web);
+}
+
+TEST_F(EgressPlainHttpTest, TheMoonProxyRefusesARequestPipelinedAfterTheOneItForwarded) {
+  HttpKeepAliveServer web;
+  plain_pack(web.port(), true);
+  const std::string p = std::to_string(web.port());
+  // The second request names api.test (not in proxy.allow): it would have been relayed unread
+  // to third.test's upstream; the exchange reads it and refuses it.
+  auto run = agent({"proxypipe", "http://third.test:" + p + "/one", "http://api.test:" + p + "/two"});
+  EXPECT_EQ(run.result, "200 403:proxy.allow[0]") << run.context();
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  const json v =
+      run.violation_where([&](const std::string& r) { return r.rfind("GET http://third.test:" + p, 0) == 0; });
+  ASSERT_FALSE(v.is_null()) << run.context();
+  EXPECT_EQ(v["errno"], "EACCES") << v.dump();
+  EXPECT_EQ(v["manifest_entry"], "proxy.allow[0]") << v.dump();
+  EXPECT_TRUE(contains(v.value("detail", ""), "proxy-style request")) << v.dump();
+  expect_server_saw(web, {"/one"});
+  EXPECT_TRUE(contains(web.record().heads.at(0), "Host: third.test:" + p)) << web.describe();
 }
 
 }  // namespace
