@@ -290,12 +290,16 @@ void EgressService::Impl::exchange_main(ExchangeJob job) {
              {"host", job.host}};
       cb.event("http_request", d);
     };
-    hcb.on_refusal = [&](const HttpRefusal& r) {
-      violation(r.method + " " + scheme + authority + r.path, "write", "EACCES", r.rule, r.reason);
+    // A refusal's resource is the URL the request named. An origin-form target ("/p") is
+    // relative to this entry; any other form (absolute "http://h/p", authority "h:443", "*")
+    // names its own target, which is what the refusal is about: it is kept as sent, not glued
+    // to the entry's URL.
+    const auto resource = [&](const HttpRefusal& r) {
+      if (!r.path.empty() && r.path.front() != '/') return r.method + " " + r.path;
+      return r.method + " " + scheme + authority + r.path;
     };
-    hcb.on_secret_echo = [&](const HttpRefusal& r) {
-      violation(r.method + " " + scheme + authority + r.path, "read", "EACCES", r.rule, r.reason);
-    };
+    hcb.on_refusal = [&](const HttpRefusal& r) { violation(resource(r), "write", "EACCES", r.rule, r.reason); };
+    hcb.on_secret_echo = [&](const HttpRefusal& r) { violation(resource(r), "read", "EACCES", r.rule, r.reason); };
     run_http_exchange(*agent, *upstream, pol, hcb, exchanges.stop.get());
     // Whatever the exchange left open ends now, cleanly (close_notify) when it can.
     (void)agent->shutdown_write();
