@@ -123,6 +123,76 @@ TEST(SecretEchoGuard, AgreesWithANaiveMaskOnRandomTextAndCuts) {
   }
 }
 
+// A server that quotes the value cut short (its first N characters) must not hand the agent a
+// prefix: a run of kMinEchoedPrefix bytes or more of the value's beginning is masked and named,
+// wherever the feeds are cut; a shorter one (a key's public "sk-live-" kind) is left alone.
+TEST(SecretEchoGuard, AValueCutShortIsMaskedFromSixteenBytesAtEverySplitPoint) {
+  static_assert(SecretEchoGuard::kMinEchoedPrefix == 16);
+  for (size_t n : {size_t{16}, size_t{20}, kValue.size() - 1}) {
+    const std::string text = "The model '" + std::string(kValue.substr(0, n)) + "' does not exist";
+    const std::string want = "The model '" + std::string(n, '*') + "' does not exist";
+    for (size_t split = 0; split <= text.size(); ++split) {
+      SecretEchoGuard g = guard_for();
+      std::string out;
+      const std::string_view first = g.feed_data(std::string_view(text).substr(0, split), out);
+      EXPECT_EQ(out.find(kValue.substr(0, n)), std::string::npos) << n << " split " << split;
+      const std::string_view second = g.feed_data(std::string_view(text).substr(split), out);
+      const std::string_view at_end = g.release(out);
+      EXPECT_EQ(out, want) << n << " split " << split;
+      EXPECT_EQ(std::string(first) + std::string(second) + std::string(at_end), "API_KEY") << n << " " << split;
+    }
+  }
+  // Fifteen bytes: not masked, not named.
+  const std::string text = "kind " + std::string(kValue.substr(0, 15)) + "x";
+  SecretEchoGuard g = guard_for();
+  std::string out;
+  EXPECT_TRUE(g.feed_data(text, out).empty());
+  EXPECT_TRUE(g.release(out).empty());
+  EXPECT_EQ(out, text);
+}
+
+TEST(SecretEchoGuard, AValueCutShortAtTheEndOfAMessageIsMaskedOnRelease) {
+  SecretEchoGuard g = guard_for();
+  std::string out;
+  EXPECT_TRUE(g.feed_data("quoted: " + std::string(kValue.substr(0, 18)), out).empty());
+  EXPECT_EQ(out, "quoted: ");  // the prefix is held: it may still become the whole value
+  EXPECT_EQ(g.release(out), "API_KEY");
+  EXPECT_EQ(out, "quoted: " + std::string(18, '*'));
+}
+
+// Against a naive reference that masks, at every position, the longest run of the value's
+// first bytes found there when it is at least min_prefix long or the whole value; small
+// alphabets make such runs, their breaks and overlaps frequent; random cuts into feeds.
+TEST(SecretEchoGuard, PrefixMaskingAgreesWithANaiveReferenceOnRandomTextAndCuts) {
+  std::mt19937 rng(16);
+  for (const std::string value : {"abaabab", "aabaa", "abcab", "aaaa"}) {
+    for (size_t min_prefix : {size_t{2}, size_t{3}, size_t{4}}) {
+      for (int round = 0; round < 200; ++round) {
+        std::string text(rng() % 120, 'a');
+        for (char& c : text) c = "abc"[rng() % 3];
+        std::string want = text;
+        const size_t least = std::min(min_prefix, value.size());
+        for (size_t i = 0; i < text.size(); ++i) {
+          size_t l = 0;
+          while (l < value.size() && i + l < text.size() && text[i + l] == value[l]) ++l;
+          if (l >= least) std::fill_n(want.begin() + static_cast<std::ptrdiff_t>(i), l, '*');
+        }
+        SecretEchoGuard g({{"K", value}}, min_prefix);
+        std::string out;
+        bool named = false;
+        for (size_t at = 0; at < text.size();) {
+          const size_t n = std::min<size_t>(1 + rng() % 9, text.size() - at);
+          named = !g.feed_data(std::string_view(text).substr(at, n), out).empty() || named;
+          at += n;
+        }
+        named = !g.release(out).empty() || named;
+        ASSERT_EQ(out, want) << value << " min " << min_prefix << " in " << text;
+        EXPECT_EQ(named, want != text) << text;
+      }
+    }
+  }
+}
+
 TEST(SecretEchoGuard, WithoutSecretsEverythingPassesAtOnce) {
   SecretEchoGuard g;
   std::string out;
