@@ -370,7 +370,7 @@ void Exchange::process_responses() {
         }
       }
       note_echo(guard_.feed_data(std::string_view(u_.in).substr(0, size), a_.out));
-      note_echo(guard_.release(a_.out));  // a head goes out whole: the agent may need it before the body
+      guard_.release(a_.out);  // a head goes out whole: the agent may need it before the body
       u_.in.erase(0, size);
       r.bytes_down += size;
       if (parse.head.status == 101) {
@@ -394,7 +394,7 @@ void Exchange::process_responses() {
       if (u_.in.empty()) return;
       const network::BodyFramer::Step step = resp_body_.feed(as_bytes(u_.in));
       note_echo(guard_.feed(std::string_view(u_.in).substr(0, step.consumed), step.data, a_.out));
-      if (step.done) note_echo(guard_.release(a_.out));
+      if (step.done) guard_.release(a_.out);
       awaiting_.front()->bytes_down += step.consumed;
       u_.in.erase(0, step.consumed);
       if (!step.error.empty()) {
@@ -456,7 +456,7 @@ void Exchange::run() {
           progress = true;
         }
         if (u_.eof && u_.in.empty() && !a_.want_shut) {
-          note_echo(guard_.release(a_.out));
+          guard_.release(a_.out);
           a_.want_shut = true;
           progress = true;
         }
@@ -464,7 +464,7 @@ void Exchange::run() {
       } else if (!closing_) {
         if (u_.eof) {
           if (resp_ == RespPhase::body && resp_body_.eof_ok() && u_.in.empty()) complete_response();
-          note_echo(guard_.release(a_.out));  // a body that ended with the connection: its held tail
+          guard_.release(a_.out);  // a body that ended with the connection: its held tail
           // Whatever is owed to the agent is queued: pass the upstream's end on.
           a_.want_shut = true;
           begin_close();

@@ -7,11 +7,10 @@
 
 namespace soyaos::supervisor {
 
-SecretEchoGuard::SecretEchoGuard(const std::vector<Secret>& secrets, size_t min_prefix) {
+SecretEchoGuard::SecretEchoGuard(const std::vector<Secret>& secrets) {
   for (const Secret& s : secrets) {
     if (s.value.empty()) continue;
-    Pattern p{s.name, s.value, std::vector<size_t>(s.value.size(), 0), 0,
-              std::clamp<size_t>(min_prefix, 1, s.value.size())};
+    Pattern p{s.name, s.value, std::vector<size_t>(s.value.size(), 0), 0};
     size_t k = 0;
     for (size_t i = 1; i < s.value.size(); ++i) {
       while (k > 0 && s.value[i] != s.value[k]) k = p.fail[k - 1];
@@ -24,12 +23,11 @@ SecretEchoGuard::SecretEchoGuard(const std::vector<Secret>& secrets, size_t min_
   }
 }
 
-// Data bytes that form a value (or a long enough prefix of one): overwrite those still held (a
-// part released at the end of an earlier message is the agent's already).
-void SecretEchoGuard::mask_data(size_t skip, size_t n) {
-  if (skip >= data_pos_.size()) return;
-  const size_t end = data_pos_.size() - skip;
-  for (size_t i = end - std::min(n, end); i < end; ++i) held_[data_pos_[i]] = kMask;
+// The last `n` data bytes seen form a value: overwrite those still held (a part released at
+// the end of an earlier message is the agent's already).
+void SecretEchoGuard::mask_last(size_t n) {
+  const size_t have = std::min(n, data_pos_.size());
+  for (size_t i = data_pos_.size() - have; i < data_pos_.size(); ++i) held_[data_pos_[i]] = kMask;
 }
 
 std::string_view SecretEchoGuard::feed(std::string_view raw, std::span<const network::DataSpan> data,
@@ -53,17 +51,11 @@ std::string_view SecretEchoGuard::feed(std::string_view raw, std::span<const net
       data_pos_.push_back(base + j);
       size_t partial = 0;
       for (Pattern& p : patterns_) {
-        const size_t before = p.matched;
-        size_t q = before;
+        size_t q = p.matched;
         while (q > 0 && p.value[q] != c) q = p.fail[q - 1];
         if (p.value[q] == c) ++q;
-        if (q <= before && before >= p.min_prefix) {
-          // A long prefix of the value ended here, cut short: masked like the value.
-          mask_data(1, before);
-          if (first_masked.empty()) first_masked = p.name;
-        }
         if (q == p.value.size()) {
-          mask_data(0, q);
+          mask_last(q);
           if (first_masked.empty()) first_masked = p.name;
           q = p.fail[q - 1];
         }
@@ -98,17 +90,10 @@ std::string_view SecretEchoGuard::feed_data(std::string_view raw, std::string& o
   return feed(raw, std::span<const network::DataSpan>(&all, 1), out);
 }
 
-std::string_view SecretEchoGuard::release(std::string& out) {
-  std::string_view masked;
-  for (const Pattern& p : patterns_) {
-    if (p.matched < p.min_prefix) continue;
-    mask_data(0, p.matched);
-    if (masked.empty()) masked = p.name;
-  }
+void SecretEchoGuard::release(std::string& out) {
   out += held_;
   held_.clear();
   data_pos_.clear();
-  return masked;
 }
 
 }  // namespace soyaos::supervisor

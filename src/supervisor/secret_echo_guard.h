@@ -30,18 +30,9 @@ class SecretEchoGuard {
     std::string_view value;  // a SecretBytes view that outlives the guard; never copied here
   };
   static constexpr char kMask = '*';
-  // A server that quotes the value cut short (an error that keeps the first N characters of a
-  // path or header) would otherwise give the agent a prefix, and with its placeholder moved
-  // along, all but the last few characters. A run of data bytes equal to the value's first
-  // kMinEchoedPrefix bytes or more is masked and reported as the whole value is. 16 is above
-  // the public prefixes keys begin with ("sk-proj-", "sk-ant-api03-", "github_pat_"), so
-  // ordinary text that names a kind of key is left alone. A value shorter than this is matched
-  // whole only.
-  static constexpr size_t kMinEchoedPrefix = 16;
 
   SecretEchoGuard() = default;
-  // Empty values are skipped. `min_prefix`: see kMinEchoedPrefix (tests use smaller ones).
-  explicit SecretEchoGuard(const std::vector<Secret>& secrets, size_t min_prefix = kMinEchoedPrefix);
+  explicit SecretEchoGuard(const std::vector<Secret>& secrets);  // empty values are skipped
 
   // Takes the next `raw` bytes from the upstream, of which `data` (ascending offsets within
   // `raw`) are message data, the only bytes matched. Appends to `out` what may go to the agent
@@ -52,10 +43,9 @@ class SecretEchoGuard {
   std::string_view feed_data(std::string_view raw, std::string& out);
 
   // The end of a message (or of the stream): appends what is held to `out`. A partial match
-  // goes out as it is (the agent is owed the whole message) unless it is kMinEchoedPrefix bytes
-  // or more, which are masked (the name is returned, as feed's); the matching state carries on,
+  // goes out as it is (the agent is owed the whole message); the matching state carries on,
   // so a value completed by the next message's bytes still has its not-yet-sent part masked.
-  std::string_view release(std::string& out);
+  void release(std::string& out);
 
   [[nodiscard]] size_t held() const { return held_.size(); }
   [[nodiscard]] bool active() const { return !patterns_.empty(); }
@@ -65,10 +55,8 @@ class SecretEchoGuard {
     std::string_view name, value;
     std::vector<size_t> fail;  // KMP: fail[i] = longest proper prefix of value[0..i] that is also its suffix
     size_t matched = 0;        // bytes of value matched by the data seen last
-    size_t min_prefix = 0;     // a run of at least this many of its first bytes is masked
   };
-  // Masks the `n` data bytes that precede the last `skip` ones seen (those still held).
-  void mask_data(size_t skip, size_t n);
+  void mask_last(size_t n);
 
   std::vector<Pattern> patterns_;
   size_t longest_ = 0;
