@@ -135,6 +135,7 @@ class Exchange {
   bool failed_ = false;   // an I/O error or a framing error: return at once
   bool refused_ = false;
   SecretEchoGuard guard_;        // every response byte to the agent goes through it
+  int64_t held_since_ = 0;       // when what guard_ holds began to wait (0: nothing held)
   bool carries_secret_ = false;  // a secret is bound to this host: responses must be identity-coded
   bool echo_reported_ = false;
   std::string echo_method_, echo_path_;  // the request whose response is being read
@@ -489,8 +490,20 @@ void Exchange::run() {
     }
     if (failed_) return;
 
-    // Wait for something to happen.
     const int64_t now = now_ms();
+    // What the echo guard holds waits at most kHoldMs for the next bytes (secret_echo_guard.h):
+    // a deadline that depends on time only, never on what the bytes are.
+    if (guard_.held() == 0) {
+      held_since_ = 0;
+    } else if (held_since_ == 0) {
+      held_since_ = now;
+    } else if (now >= held_since_ + SecretEchoGuard::kHoldMs) {
+      guard_.release(a_.out);
+      held_since_ = 0;
+      continue;  // write it out
+    }
+
+    // Wait for something to happen.
     int64_t deadline = last_activity_ + policy_.idle_timeout_ms;
     if (req_ == ReqPhase::head && head_started_ != 0 && !closing_) {
       deadline = std::min<int64_t>(deadline, head_started_ + policy_.head_timeout_ms);
@@ -507,6 +520,7 @@ void Exchange::run() {
     arm(p[1], u_);
     p[2] = {stop_fd_, POLLIN, 0};
     int timeout = static_cast<int>(std::min<int64_t>(deadline - now, 60'000));
+    if (held_since_ != 0) timeout = static_cast<int>(std::clamp<int64_t>(held_since_ + SecretEchoGuard::kHoldMs - now, 0, timeout));
     if ((wants_read(a_) && a_.s.has_buffered_input()) || (wants_read(u_) && u_.s.has_buffered_input())) timeout = 0;
     const int n = ::poll(p.data(), stop_fd_ >= 0 ? 3 : 2, timeout);
     if (n < 0 && errno != EINTR) return;

@@ -18,17 +18,8 @@ GateDecision refuse(GateDecision d, std::string rule, std::string reason) {
   return d;
 }
 
-// Bytes a secret's value may have where a placeholder stood. In the request line: visible
-// ASCII without the bytes that would change the target's structure (`/ ? # % \`), so a value
-// can never add a path segment or a query the rules did not see. In a field value: field
-// bytes (RFC 9110 5.5) without leading or trailing whitespace questions: no control bytes.
-bool fits_request_line(std::string_view v) {
-  return std::all_of(v.begin(), v.end(), [](char c) {
-    const auto u = static_cast<uint8_t>(c);
-    return u >= 0x21 && u <= 0x7e && std::string_view("/?#%\\").find(c) == std::string_view::npos;
-  });
-}
-
+// Bytes a secret's value may have in a field value: field bytes (RFC 9110 5.5), no control
+// bytes.
 bool fits_field_value(std::string_view v) {
   return std::all_of(v.begin(), v.end(), [](char c) {
     const auto u = static_cast<uint8_t>(c);
@@ -36,16 +27,39 @@ bool fits_field_value(std::string_view v) {
   });
 }
 
+// Whether a request header field carries credentials, the only place a secret's value is put
+// (review R1 F1, R2 G2). A value put into the request line or an ordinary field comes back:
+// servers quote paths and queries in errors and redirects, echo `Origin` and `X-Request-Id`,
+// carry queries in opaque cursors, truncated or encoded where the response guard cannot see
+// it. Credential fields are not echoed by APIs: `Authorization` and any field whose name says
+// it holds a key, token, secret or password (`x-api-key`, `api-key`, `x-goog-api-key`,
+// `private-token`, `x-auth-token`, ...).
+bool is_credential_field(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
+  for (const std::string_view word : {"auth", "key", "token", "secret", "password", "credential"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The first bound placeholder in `s`, or nullptr.
+const HttpSecretBinding* bound_placeholder_in(std::string_view s, const std::vector<HttpSecretBinding>& secrets) {
+  for (const HttpSecretBinding& b : secrets) {
+    if (b.bound_to_this_host && !b.placeholder.empty() && s.find(b.placeholder) != std::string_view::npos) return &b;
+  }
+  return nullptr;
+}
+
 // Replaces every bound placeholder in `s`; false (with `why`) when a value cannot stand there.
-bool swap_placeholders(std::string& s, const std::vector<HttpSecretBinding>& secrets, bool request_line,
-                       std::string* why) {
+bool swap_placeholders(std::string& s, const std::vector<HttpSecretBinding>& secrets, std::string* why) {
   for (const HttpSecretBinding& b : secrets) {
     if (!b.bound_to_this_host || b.placeholder.empty()) continue;
     size_t at = s.find(b.placeholder);
     if (at == std::string::npos) continue;
-    if (!(request_line ? fits_request_line(b.value) : fits_field_value(b.value))) {
-      *why = "the value of the secret behind `" + b.placeholder + "` has bytes a " +
-             (request_line ? "request line" : "header field") + " cannot carry";
+    if (!fits_field_value(b.value)) {
+      *why = "the value of the secret behind `" + b.placeholder + "` has bytes a header field cannot carry";
       return false;
     }
     while (at != std::string::npos) {
@@ -140,8 +154,23 @@ GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchang
     }
   }
 
+  // A bound placeholder anywhere but in a credential field's value would put the value where
+  // the server may hand it back: refused, not substituted.
+  const std::string where_only = "; a secret's value goes only into a credential header field (Authorization, "
+                                 "or a field named for a key, token, secret or password)";
+  if (const HttpSecretBinding* b = bound_placeholder_in(h.target, policy.secrets)) {
+    return refuse(std::move(d), entry, "the placeholder `" + b->placeholder + "` in the request line" + where_only);
+  }
+  for (const auto& [name, value] : h.fields) {
+    const HttpSecretBinding* b = bound_placeholder_in(name, policy.secrets);
+    if (b == nullptr && !is_credential_field(name)) b = bound_placeholder_in(value, policy.secrets);
+    if (b != nullptr) {
+      return refuse(std::move(d), entry,
+                    "the placeholder `" + b->placeholder + "` in the field `" + name + "`" + where_only);
+    }
+  }
+
   std::string why;
-  if (!swap_placeholders(line_target, policy.secrets, true, &why)) return refuse(std::move(d), entry, why);
   std::string out;
   out.reserve(h.head_size + 256);
   out += h.method;
@@ -154,7 +183,9 @@ GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchang
   for (const auto& [name, value] : h.fields) {
     if (identity_only && network::http_syntax::iequals(name, "accept-encoding")) continue;
     std::string v = value;
-    if (!swap_placeholders(v, policy.secrets, false, &why)) return refuse(std::move(d), entry, why);
+    if (is_credential_field(name) && !swap_placeholders(v, policy.secrets, &why)) {
+      return refuse(std::move(d), entry, why);
+    }
     out += name;
     out += ": ";
     out += v;

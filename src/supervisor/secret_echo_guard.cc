@@ -73,11 +73,24 @@ std::string_view SecretEchoGuard::feed(std::string_view raw, std::span<const net
       }
     }
   }
-  // Hold from the first data byte of the longest partial match; everything before it is final.
-  size_t hold = 0;
-  for (const Pattern& p : patterns_) hold = std::max(hold, p.matched);
-  hold = std::min(hold, data_pos_.size());
-  const size_t cut = hold == 0 ? held_.size() : data_pos_[data_pos_.size() - hold];
+  // Hold the last `longest_ - 1` data bytes of this feed (and what follows them), whatever they
+  // are: a value completed by the next feed is then still masked whole. The amount held depends
+  // only on how many data bytes came, never on whether they begin a value: a hold that
+  // depended on the content would tell an agent whose bytes a host echoes back, by the delay,
+  // whether its guess is a prefix of the value (review R2 G1). Fewer data bytes than that in
+  // this feed: everything held stays held (release() or the caller's deadline ends it).
+  size_t cut = 0;
+  size_t seen = 0;
+  const size_t keep = longest_ - 1;
+  for (auto span = data.rbegin(); span != data.rend() && seen < keep; ++span) {
+    const size_t end = std::min(span->offset + span->size, raw.size());
+    if (span->offset >= end) continue;
+    const size_t take = std::min(keep - seen, end - span->offset);
+    seen += take;
+    cut = base + end - take;
+  }
+  if (seen < keep) cut = 0;
+  if (keep == 0) cut = held_.size();
   out.append(held_, 0, cut);
   held_.erase(0, cut);
   std::erase_if(data_pos_, [cut](size_t pos) { return pos < cut; });

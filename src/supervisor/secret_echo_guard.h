@@ -6,10 +6,13 @@
 //
 // A streaming multi-pattern matcher (one KMP state per value) over the *data* bytes of what
 // the upstream sends (chunked framing is skipped, so a value split across two chunks is still
-// found). It holds back only the raw bytes from the start of the longest current partial match
-// — traffic that is not a prefix of a value (an SSE event's "\n\n") is never delayed — and
-// masks a complete value's data bytes in place with '*': same length, so Content-Length and
-// chunk sizes stay valid and the connection stays framed.
+// found). It masks a complete value's data bytes in place with '*': same length, so
+// Content-Length and chunk sizes stay valid and the connection stays framed. Only whole values
+// are masked, and what is held back does not depend on the bytes: each feed's last
+// (longest value - 1) data bytes wait for the next feed, the end of the message or the
+// caller's short deadline (kHoldMs), whether or not they begin a value. A hold or a mask that
+// followed a partial match would be an oracle: an agent whose bytes a host echoes (a websocket
+// echo, a realtime API quoting its input) could learn the value a byte at a time (review R2 G1).
 #pragma once
 
 #include <array>
@@ -30,21 +33,25 @@ class SecretEchoGuard {
     std::string_view value;  // a SecretBytes view that outlives the guard; never copied here
   };
   static constexpr char kMask = '*';
+  // How long the caller lets held bytes wait for the next feed before release(): long enough
+  // for the rest of a response written at once, short for an event stream's latency.
+  static constexpr int kHoldMs = 50;
 
   SecretEchoGuard() = default;
   explicit SecretEchoGuard(const std::vector<Secret>& secrets);  // empty values are skipped
 
   // Takes the next `raw` bytes from the upstream, of which `data` (ascending offsets within
   // `raw`) are message data, the only bytes matched. Appends to `out` what may go to the agent
-  // now, with every complete value masked; keeps the rest until later bytes decide it or
-  // release(). Returns the name of the first secret masked by this call, or "" when none was.
+  // now, with every complete value masked; keeps the last (longest value - 1) data bytes (and
+  // what follows them) until the next feed or release(). Returns the name of the first secret masked by this call, or "" when none was.
   std::string_view feed(std::string_view raw, std::span<const network::DataSpan> data, std::string& out);
   // All of `raw` is data (a response head, a relayed websocket stream).
   std::string_view feed_data(std::string_view raw, std::string& out);
 
-  // The end of a message (or of the stream): appends what is held to `out`. A partial match
-  // goes out as it is (the agent is owed the whole message); the matching state carries on,
-  // so a value completed by the next message's bytes still has its not-yet-sent part masked.
+  // The end of a message (or of the stream, or the hold's deadline): appends what is held to
+  // `out`. A partial match goes out as it is (the agent is owed the whole message); the
+  // matching state carries on, so a value completed by later bytes still has its not-yet-sent
+  // part masked.
   void release(std::string& out);
 
   [[nodiscard]] size_t held() const { return held_.size(); }

@@ -160,18 +160,23 @@ class ReflectingApi {
       if (const std::string o = field(head, "origin"); !o.empty()) fields += "access-control-allow-origin: " + o + "\r\n";
       if (const std::string id = field(head, "x-request-id"); !id.empty()) fields += "x-request-id: " + id + "\r\n";
       send_all(fd, reply("200 OK", fields, "ok\n"));
+    } else if (target == "/whoami") {
+      // An httpbin-style echo of the credential itself, in a header and in the body.
+      send_all(fd, reply("200 OK", "x-you-sent: " + auth + "\r\n", "you are " + auth + "\n"));
     } else if (target == "/chunked") {
-      // The value split across two chunks, each written (and flushed) on its own.
+      // The value split across two chunks, each written (and flushed) on its own, the second
+      // within the guard's hold (SecretEchoGuard::kHoldMs, 50 ms): a server that paused longer
+      // mid-value would have the first part delivered (docs/secrets.md).
       const std::string a = "key=" + auth.substr(0, auth.size() / 2);
       const std::string b = auth.substr(auth.size() / 2) + "\n";
       send_all(fd, "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n" + hex(a.size()) +
                        "\r\n" + a + "\r\n");
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       send_all(fd, hex(b.size()) + "\r\n" + b + "\r\n0\r\n\r\n");
     } else if (target == "/store") {
       {
         std::lock_guard lock(mu_);
-        stored_ = field(head, "x-note");
+        stored_ = field(head, "x-secret-note");
       }
       send_all(fd, reply("201 Created", "", "stored\n"));
     } else if (target == "/load") {
@@ -235,7 +240,8 @@ probes = {
     "origin": ("GET", "/headers", [("Origin", ph)]),
     "request_id": ("GET", "/headers", [("X-Request-Id", ph)]),
     "chunked": ("GET", "/chunked", bearer),
-    "store": ("POST", "/store", [("X-Note", ph)]),
+    "store": ("POST", "/store", [("X-Secret-Note", ph)]),
+    "whoami": ("GET", "/whoami", bearer),
     "load": ("GET", "/load", ()),
     "gzip": ("GET", "/gzip", bearer),
     "ok": ("GET", "/ok", bearer),
@@ -351,17 +357,41 @@ TEST_P(EgressSecretEchoCaseTest, TheValueArrivesMaskedAndTheRunIsAViolation) {
 
 INSTANTIATE_TEST_SUITE_P(
     EgressSecretEcho, EgressSecretEchoCaseTest,
-    ::testing::Values(EchoCase{"path", {"path"}, "The model \\'" + kStars + "\\' does not exist"},  // (a) a 404
-                      EchoCase{"query", {"query"}, "you searched for k=" + kStars + "\\n"},      // (b) the query
-                      EchoCase{"origin", {"origin"}, "access-control-allow-origin: " + kStars + "\\r\\n"},  // (c)
-                      EchoCase{"request_id", {"request_id"}, "x-request-id: " + kStars + "\\r\\n"},       // (d)
-                      // (e) split across two chunks: the mask spans the chunk boundary, sizes intact
+    ::testing::Values(EchoCase{"whoami", {"whoami"}, "x-you-sent: " + kStars + "\\r\\n"},  // a credential echo
+                      // the value split across two chunks: the mask spans the chunk boundary, sizes intact
                       EchoCase{"chunked",
                                {"chunked"},
                                "key=" + std::string(kHalf, '*') + "\\r\\n" + hex(kValue.size() - kHalf + 1) +
                                    "\\r\\n" + std::string(kValue.size() - kHalf, '*') + "\\n"},
                       EchoCase{"stored", {"store", "load"}, "note: " + kStars + "\\n"}),  // (f) read back later
     [](const ::testing::TestParamInfo<EchoCase>& info) { return info.param.name; });
+
+// Review R1 F1 / R2 G2: the places servers quote back — the path (a 404 naming the model), the
+// query, `Origin`, `X-Request-Id` — never get the value: the gateway refuses a placeholder there
+// before anything goes upstream (403, a violation, exit 3), so neither a verbatim echo nor a
+// truncated or encoded one can return it.
+class EgressSecretPlacementTest : public EgressSecretEchoTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(EgressSecretPlacementTest, APlaceholderWhereAServerWouldQuoteItIsRefused) {
+  const ProbeRun run = run_probes({GetParam()});
+  ASSERT_EQ(run.results.size(), 1U) << run.context();
+  EXPECT_TRUE(contains(run.results[0], "403 Forbidden")) << run.results[0];
+  EXPECT_TRUE(contains(run.results[0], "x-soyaos-denied: capabilities.egress[0]")) << run.results[0];
+  std::string all_heads;
+  for (const auto& h : api_.heads()) all_heads += h;
+  EXPECT_FALSE(contains(all_heads, std::string(kValue))) << all_heads;
+  expect_value_nowhere(run);
+  EXPECT_EQ(run.output.exit_code, 3) << run.context();
+  const auto violations = run.violations();
+  ASSERT_EQ(violations.size(), 1U) << run.context();
+  const json v = violations[0]["data"];
+  EXPECT_EQ(v["errno"], "EACCES") << v.dump();
+  EXPECT_EQ(v["syscall"], "write") << v.dump();
+  EXPECT_TRUE(contains(v.value("detail", ""), "goes only into a credential header field")) << v.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(EgressSecretEcho, EgressSecretPlacementTest,
+                         ::testing::Values("path", "query", "origin", "request_id"));
 
 // (e) in detail: each chunk's half of the value is masked, the chunk sizes still frame it.
 TEST_F(EgressSecretEchoTest, AValueSplitAcrossChunksIsMaskedInBothChunks) {

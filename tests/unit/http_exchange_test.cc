@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "network/http_head.h"
 #include "supervisor/http_gate.h"
 
 namespace soyaos::supervisor {
@@ -357,11 +358,11 @@ TEST(HttpExchange, PlaceholderIsSwappedOnlyUpstreamAndOnlyWhereBound) {
   Rig rig(p);
   const std::string body = std::string("{\"echo\":\"") + kBound + "\"}";
   send_all(rig.agent.get(), "POST /v1/messages HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer " +
-                                std::string(kBound) + "\r\nX-Twice: " + kBound + "," + kBound +
+                                std::string(kBound) + "\r\nX-Api-Key: " + kBound + "," + kBound +
                                 "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
   const std::string up = recv_count(rig.server.get(), "}");
   EXPECT_NE(up.find("Authorization: Bearer sk-real-value\r\n"), std::string::npos) << up;
-  EXPECT_NE(up.find("X-Twice: sk-real-value,sk-real-value\r\n"), std::string::npos) << up;
+  EXPECT_NE(up.find("X-Api-Key: sk-real-value,sk-real-value\r\n"), std::string::npos) << up;
   EXPECT_NE(up.find(body), std::string::npos) << "bodies are not rewritten: " << up;
   send_all(rig.server.get(), kOk);
   EXPECT_EQ(recv_count(rig.agent.get(), "ok"), kOk);
@@ -475,6 +476,36 @@ TEST(HttpExchange, StopFdEndsItAtOnce) {
   EXPECT_TRUE(rig.wait_done(1000));
 }
 
+// review R2 G2: a value goes only into a credential field. A bound placeholder in the path,
+// the query or an ordinary field (the places servers quote back, truncated or encoded where
+// no guard sees it) is refused before anything goes upstream; credential fields by name
+// (Authorization, x-api-key, Private-Token, X-Auth-Token, ...) are substituted.
+TEST(HttpGate, ABoundPlaceholderOutsideACredentialFieldIsRefused) {
+  HttpExchangePolicy p = api_policy();
+  p.secrets = {{kBound, "sk-real-value", true, "API_KEY"}};
+  const std::string ph(kBound);
+  for (const std::string& head :
+       {"GET /v1/models/" + ph + " HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+        "GET /v1/models/x?key=" + ph + " HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+        "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\nOrigin: " + ph + "\r\n\r\n",
+        "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\nX-Request-Id: " + ph + "\r\n\r\n",
+        "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\nCookie: s=" + ph + "\r\n\r\n",
+        "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\nX-" + ph + ": 1\r\n\r\n"}) {
+    const network::HttpHeadParse parse = network::parse_http_head(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(head.data()), head.size()));
+    const GateDecision d = gate_request(parse, p);
+    EXPECT_FALSE(d.allowed) << head;
+    EXPECT_NE(d.reason.find("goes only into a credential header field"), std::string::npos) << d.reason;
+    EXPECT_EQ(d.upstream_head.find("sk-real-value"), std::string::npos) << head;
+  }
+  for (const std::string field : {"Authorization: Bearer ", "x-api-key: ", "Api-Key: ", "x-goog-api-key: ",
+                                  "Private-Token: ", "X-Auth-Token: ", "X-Client-Secret: "}) {
+    const std::string head = "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\n" + field + ph + "\r\n\r\n";
+    const GateDecision d = gate_request(network::parse_http_head(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(head.data()), head.size())), p);
+    EXPECT_TRUE(d.allowed) << head << d.reason;
+    EXPECT_NE(d.upstream_head.find(field + "sk-real-value\r\n"), std::string::npos) << d.upstream_head;
+  }
+}
+
 TEST(HttpExchange, InvalidResponseFramingEndsTheConnection) {
   Rig rig(api_policy());
   send_all(rig.agent.get(), "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\n\r\n");
@@ -498,10 +529,10 @@ TEST(HttpExchange, AnEchoedValueIsMaskedAndReportedOnce) {
   HttpExchangePolicy p = api_policy();
   p.secrets = {{kBound, "sk-real-value", true, "API_KEY"}};
   Rig rig(p);
-  send_all(rig.agent.get(), "GET /v1/models/" + std::string(kBound) +
-                                " HTTP/1.1\r\nHost: api.example.com\r\nAccept-Encoding: gzip, br\r\n\r\n");
+  send_all(rig.agent.get(), "GET /v1/models/x HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer " +
+                                std::string(kBound) + "\r\nAccept-Encoding: gzip, br\r\n\r\n");
   const std::string up = recv_count(rig.server.get(), "\r\n\r\n");
-  EXPECT_NE(up.find("GET /v1/models/sk-real-value HTTP/1.1\r\n"), std::string::npos) << up;
+  EXPECT_NE(up.find("Authorization: Bearer sk-real-value\r\n"), std::string::npos) << up;
   EXPECT_NE(up.find("accept-encoding: identity\r\n"), std::string::npos) << up;
   EXPECT_EQ(up.find("gzip"), std::string::npos) << up;
   const std::string body = "The model 'sk-real-value' does not exist; again: sk-real-value";
