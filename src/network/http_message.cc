@@ -97,7 +97,11 @@ bool parse_response_field(std::string_view line, HttpResponseHead& h, size_t* tr
 }  // namespace
 
 bool method_defines_no_body(std::string_view method) {
-  static constexpr std::string_view kBodiless[] = {"GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"};
+  // DELETE and OPTIONS may carry bodies in practice (GitHub's "delete a file" sends one,
+  // Kubernetes' DeleteOptions): they are not refused (review R2 G4). An upstream that leaves
+  // such a body unread is the same residual as a POST answered before its body is read
+  // (docs/http-rules.md).
+  static constexpr std::string_view kBodiless[] = {"GET", "HEAD", "TRACE", "CONNECT"};
   return std::any_of(std::begin(kBodiless), std::end(kBodiless), [&](std::string_view m) { return iequals(m, method); });
 }
 

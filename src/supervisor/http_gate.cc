@@ -128,6 +128,11 @@ GateDecision gate_request(const network::HttpHeadParse& parse, const HttpExchang
   if (h.target_form == network::TargetForm::asterisk) {
     if (!policy.rules.empty()) return refuse(std::move(d), entry, "`OPTIONS *` names no path an http rule can allow");
     line_target = "*";
+  } else if (policy.rules.empty()) {
+    // No rules: no path is promised or checked, so none is rewritten or refused for its
+    // spelling; the target goes up as sent (`%2F` in an npm scope or a GitLab project id,
+    // `%25` in a file name, `//` are what real clients send; review R2 G9).
+    line_target = h.target;
   } else {
     const policy::NormalisedPath n = policy::normalise_http_path(target.path);
     if (!n.ok()) return refuse(std::move(d), entry, n.reason);

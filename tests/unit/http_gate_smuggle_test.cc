@@ -49,7 +49,32 @@ GateDecision gate(const std::string& method, const std::string& fields, const Ht
   return gate_request(hp, p);
 }
 
-const std::vector<std::string> kBodiless = {"GET", "HEAD", "DELETE", "OPTIONS", "TRACE"};
+const std::vector<std::string> kBodiless = {"GET", "HEAD", "TRACE"};
+
+// DELETE and OPTIONS carry bodies in real APIs (GitHub's "delete a file", Kubernetes'
+// DeleteOptions): they go through (review R2 G4).
+TEST(HttpGateBody, ABodyOnDeleteOrOptionsGoesThrough) {
+  for (bool rules : {true, false}) {
+    for (const std::string m : {"DELETE", "OPTIONS"}) {
+      const GateDecision d = gate(m, "Content-Length: 5\r\n", policy(rules, false));
+      EXPECT_TRUE(d.allowed) << m << " rules=" << rules << ": " << d.reason;
+    }
+  }
+}
+
+// An entry without rules promises no path: the target goes up as sent, its spelling neither
+// refused nor rewritten (review R2 G9: an npm scope `%2f`, a GitLab project id `%2F`, `%25`
+// in a file name, `//`).
+TEST(HttpGatePath, WithoutRulesTheTargetGoesUpAsSent) {
+  for (const std::string target : {"/@types%2fnode", "/api/v4/projects/group%2Fproject",
+                                   "/files/report%25202024.pdf", "/a//b", "/a/./b?x=%2F"}) {
+    const GateDecision d = gate("GET", "", policy(false, false), target);
+    EXPECT_TRUE(d.allowed) << target << ": " << d.reason;
+    EXPECT_EQ(d.upstream_head.rfind("GET " + target + " HTTP/1.1\r\n", 0), 0U) << d.upstream_head;
+  }
+  // With rules, the path is normalised and checked as before.
+  EXPECT_FALSE(gate("GET", "", policy(true, false), "/v1/x%2Fy").allowed);
+}
 
 TEST(HttpGateBody, ContentLengthOnABodilessMethodIsRefused) {
   for (bool rules : {true, false}) {
@@ -84,10 +109,10 @@ TEST(HttpGateBody, ALowerCaseBodilessMethodWithABodyIsRefusedToo) {
 TEST(HttpGateBody, ConnectIsABodilessMethod) {
   // CONNECT never reaches the framing check at the gate (its target is refused first), but
   // request_traits refuses its body on its own as well.
-  for (std::string_view m : {"GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT", "get", "Trace"}) {
+  for (std::string_view m : {"GET", "HEAD", "TRACE", "CONNECT", "get", "Trace"}) {
     EXPECT_TRUE(network::method_defines_no_body(m)) << m;
   }
-  for (std::string_view m : {"POST", "PUT", "PATCH", "PROPFIND", "GETX", ""}) {
+  for (std::string_view m : {"POST", "PUT", "PATCH", "PROPFIND", "GETX", "", "DELETE", "OPTIONS"}) {
     EXPECT_FALSE(network::method_defines_no_body(m)) << m;
   }
   network::HttpHead h;
