@@ -175,13 +175,16 @@ class EgressTest : public ::testing::Test {
     return run_pack(pack_, action, extra_env);
   }
 
-  // `soyaos run PACK -- ARGS` with this test's SOYAOS_HOME; events and RESULT lines parsed.
+  // `soyaos run PACK [FLAGS] -- ARGS` with this test's SOYAOS_HOME; events and RESULT lines parsed.
   ProbeRun run_pack(const std::filesystem::path& pack, const std::vector<std::string>& action,
-                    const std::map<std::string, std::string>& extra_env = {}) {
+                    const std::map<std::string, std::string>& extra_env = {},
+                    const std::vector<std::string>& flags = {}) {
     auto events = dir_.path() / "events.jsonl";
     std::filesystem::remove(events);
     std::vector<std::string> args = {"run",      pack.string(),   "--out", (dir_.path() / "out").string(),
-                                     "--events", events.string(), "--no-cache", "--"};
+                                     "--events", events.string(), "--no-cache"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.emplace_back("--");
     args.insert(args.end(), action.begin(), action.end());
     std::map<std::string, std::string> env = {{"SOYAOS_HOME", home_.string()}};
     for (const auto& [k, v] : extra_env) env[k] = v;

@@ -272,27 +272,10 @@ class EgressSecretEchoTest : public EgressTest {
   }
 
   ProbeRun run_probes(const std::vector<std::string>& names) {
-    auto events = dir_.path() / "events.jsonl";
-    fs::remove(events);
-    std::vector<std::string> args = {"run",      (dir_.path() / "echo").string(),
-                                     "--out",    (dir_.path() / "out").string(),
-                                     "--events", events.string(),
-                                     "--no-cache", "--secret", "API_KEY=env:ECHO_TEST_KEY",
-                                     "--",       "api.test",
-                                     std::to_string(api_.port())};
-    args.insert(args.end(), names.begin(), names.end());
-    ProbeRun run;
-    run.output = run_soyaos(args, {{"SOYAOS_HOME", home_.string()}, {"ECHO_TEST_KEY", std::string(kValue)}},
-                            dir_.path());
-    std::istringstream lines(read_file(events));
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty()) run.events.push_back(json::parse(line));
-    }
-    std::istringstream out(run.output.out);
-    for (std::string line; std::getline(out, line);) {
-      if (line.rfind("RESULT ", 0) == 0) run.results.push_back(line.substr(7));
-    }
-    return run;
+    std::vector<std::string> action = {"api.test", std::to_string(api_.port())};
+    action.insert(action.end(), names.begin(), names.end());
+    return run_pack(dir_.path() / "echo", action, {{"ECHO_TEST_KEY", std::string(kValue)}},
+                    {"--secret", "API_KEY=env:ECHO_TEST_KEY"});
   }
 
   // The value is in nothing the agent printed and nothing the run wrote (events, stderr,
